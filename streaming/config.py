@@ -1,0 +1,206 @@
+"""One frozen settings object, loaded from YAML, passed down (never read globally).
+
+YAML keys keep Kafka's dotted names where Kafka has one (``controller.heartbeat.timeout.ms``),
+so a user can copy values from their broker / client configs. Every error names the key and
+says how to fix it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem: ``key`` is the dotted path, ``fix`` what to do."""
+
+    def __init__(self, key: str, problem: str, fix: str):
+        super().__init__(f"config key '{key}': {problem}. Fix: {fix}")
+        self.key, self.problem, self.fix = key, problem, fix
+
+
+def _alias(name: str) -> dict:
+    return {"yaml": name}
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap_servers: str = field(default="127.0.0.1:9092", metadata=_alias("bootstrap.servers"))
+    events_topic: str = field(default="epochwatch.events", metadata=_alias("topics.events"))
+    alerts_topic: str = field(default="epochwatch.alerts", metadata=_alias("topics.alerts"))
+    dlq_topic: str = field(default="epochwatch.dlq", metadata=_alias("topics.dlq"))
+    encoding: str = field(default="confluent", metadata={**_alias("encoding"), "choices": ("confluent", "schemaless")})
+    schema_registry_url: str | None = field(default=None, metadata=_alias("schema.registry.url"))
+    starting_offsets: str = field(default="latest", metadata=_alias("startingOffsets"))
+    max_offsets_per_trigger: int | None = field(default=None, metadata=_alias("maxOffsetsPerTrigger"))
+    # librdkafka settings passed through as-is (security.protocol, sasl.*, ssl.*, ...)
+    client: Mapping[str, str] = field(default_factory=dict, metadata=_alias("client"))
+
+
+@dataclass(frozen=True)
+class RuleSettings:
+    """Thresholds of the detection rules; defaults are Kafka's where Kafka has one."""
+
+    controller_heartbeat_timeout_ms: int = field(default=9000, metadata=_alias("controller.heartbeat.timeout.ms"))
+    broker_heartbeat_interval_ms: int = field(default=2000, metadata=_alias("broker.heartbeat.interval.ms"))
+    heartbeat_timeout_pending_ms: int = field(default=3000, metadata=_alias("heartbeat.timeout.pending.ms"))
+    stopping_grace_ms: int = field(default=300_000, metadata=_alias("broker.stopping.grace.ms"))
+    not_returned_grace_ms: int = field(default=600_000, metadata=_alias("broker.not.returned.grace.ms"))
+    flapping_window_ms: int = field(default=600_000, metadata=_alias("broker.flapping.window.ms"))
+    flapping_transitions: int = field(default=6, metadata=_alias("broker.flapping.transitions"))
+    duplicate_min_heartbeats: int = field(default=3, metadata=_alias("broker.duplicate.min.heartbeats"))
+    metadata_lag_grace_ms: int = field(default=30_000, metadata=_alias("metadata.lag.grace.ms"))
+    metadata_max_age_ms: int = field(default=300_000, metadata=_alias("metadata.max.age.ms"))
+    rebootstrap_trigger_ms: int = field(default=300_000, metadata=_alias("metadata.recovery.rebootstrap.trigger.ms"))
+    connection_setup_timeout_ms: int = field(default=10_000, metadata=_alias("socket.connection.setup.timeout.ms"))
+    connection_setup_timeout_max_ms: int = field(default=30_000, metadata=_alias("socket.connection.setup.timeout.max.ms"))
+    storm_window_ms: int = field(default=60_000, metadata=_alias("connection.storm.window.ms"))
+    storm_min_timeouts: int = field(default=20, metadata=_alias("connection.storm.min.timeouts"))
+    storm_min_clients: int = field(default=5, metadata=_alias("connection.storm.min.clients"))
+    stale_incident_quiet_ms: int = field(default=60_000, metadata=_alias("stale.metadata.quiet.ms"))
+    entity_expiry_ms: int = field(default=3_600_000, metadata=_alias("state.entity.expiry.ms"))
+    client_shards: int = field(default=16, metadata=_alias("state.client.shards"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    rules: RuleSettings = field(default_factory=RuleSettings)
+    checkpoint_location: str = "/tmp/epochwatch/checkpoint"
+    trigger_interval: str = "1 second"
+    spark: Mapping[str, str] = field(default_factory=dict)
+
+
+_ENV_REF = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
+
+
+def _expand_env(value: Any, key: str) -> Any:
+    """``${NAME}`` in a string is replaced by the environment variable (for secrets)."""
+    if not isinstance(value, str):
+        return value
+
+    def sub(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ConfigError(key, f"refers to ${{{name}}} but that environment variable is not set",
+                              f"export {name}=... before starting, or put the value in the file")
+        return os.environ[name]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def _flatten(mapping: Mapping, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in mapping.items():
+        if isinstance(v, Mapping) and k not in ("client", "spark"):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _coerce(section: str, f: dataclasses.Field, value: Any) -> Any:
+    key = f"{section}.{f.metadata.get('yaml', f.name)}"
+    value = _expand_env(value, key)
+    typ = str(f.type)
+    if typ.startswith("int"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, str) and value.strip().isdigit():
+                value = int(value)
+            elif value is None and "None" in typ:
+                return None
+            else:
+                raise ConfigError(key, f"{value!r} is not a whole number", "write it as an integer, e.g. 9000")
+        if value < 0:
+            raise ConfigError(key, f"{value} is negative", "use a value >= 0")
+        return value
+    if typ.startswith("Mapping"):
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, "must be a mapping of setting names to values", "indent one 'name: value' per line")
+        return {str(k): str(_expand_env(v, f"{key}.{k}")) for k, v in value.items()}
+    if value is None and "None" in typ:
+        return None
+    if not isinstance(value, (str, int, float)):
+        raise ConfigError(key, f"{value!r} is not text", "write a plain string")
+    value = str(value)
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(key, f"{value!r} is not one of {', '.join(choices)}", f"use one of {', '.join(choices)}")
+    return value
+
+
+def _build(cls, section: str, raw: Mapping[str, Any]):
+    by_yaml = {f.metadata.get("yaml", f.name): f for f in fields(cls)}
+    flat = {}
+    for k, v in raw.items():
+        if k in by_yaml or not isinstance(v, Mapping):
+            flat[k] = v
+        else:
+            flat.update(_flatten(v, f"{k}."))
+    kwargs = {}
+    for k, v in flat.items():
+        if k not in by_yaml:
+            close = difflib.get_close_matches(k, list(by_yaml), n=1, cutoff=0.6)
+            hint = f"did you mean '{section}.{close[0]}'?" if close else f"valid keys: {', '.join(sorted(by_yaml))}"
+            raise ConfigError(f"{section}.{k}", "is not a known setting", hint)
+        f = by_yaml[k]
+        kwargs[f.name] = _coerce(section, f, v)
+    return cls(**kwargs)
+
+
+def validate(settings: Settings) -> Settings:
+    r = settings.rules
+    if r.controller_heartbeat_timeout_ms <= r.broker_heartbeat_interval_ms:
+        raise ConfigError("rules.controller.heartbeat.timeout.ms",
+                          f"{r.controller_heartbeat_timeout_ms} is not above broker.heartbeat.interval.ms={r.broker_heartbeat_interval_ms}",
+                          "the timeout must cover several heartbeat intervals (Kafka: 9000 vs 2000)")
+    if r.connection_setup_timeout_max_ms < r.connection_setup_timeout_ms:
+        raise ConfigError("rules.socket.connection.setup.timeout.max.ms", "is below socket.connection.setup.timeout.ms",
+                          "set the max at least as large as the base timeout (Kafka: 30000 vs 10000)")
+    if r.client_shards < 1:
+        raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (about 4x the shuffle partitions)")
+    return settings
+
+
+def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from a YAML file (or defaults) plus dotted overrides like ``kafka.bootstrap.servers``."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError("--config", f"file {p} does not exist", "pass the path of a YAML config file")
+        try:
+            raw = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError("--config", f"{p} is not valid YAML ({exc})", "fix the YAML syntax at the position shown") from None
+        if not isinstance(raw, dict):
+            raise ConfigError("--config", f"{p} must hold a mapping at the top level", "start with 'kafka:' / 'rules:' sections")
+    raw = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in raw.items()}
+    for dotted, value in (overrides or {}).items():
+        section, _, rest = dotted.partition(".")
+        raw.setdefault(section, {})
+        if isinstance(raw[section], dict) and rest:
+            raw[section][rest] = value
+        else:
+            raw[section] = value
+    known = {"kafka", "rules", "checkpoint_location", "trigger_interval", "spark"}
+    for k in raw:
+        if k not in known:
+            raise ConfigError(k, "is not a known section", f"use one of {', '.join(sorted(known))}")
+    top = {k: _expand_env(v, k) for k, v in raw.items() if k in ("checkpoint_location", "trigger_interval")}
+    spark = raw.get("spark", {})
+    if not isinstance(spark, Mapping):
+        raise ConfigError("spark", "must be a mapping of Spark conf names to values", "e.g. spark.sql.shuffle.partitions: 8")
+    return validate(Settings(
+        kafka=_build(KafkaSettings, "kafka", raw.get("kafka", {}) or {}),
+        rules=_build(RuleSettings, "rules", raw.get("rules", {}) or {}),
+        spark={str(k): str(_expand_env(v, f"spark.{k}")) for k, v in spark.items()},
+        **{k: str(v) for k, v in top.items()},
+    ))

@@ -1,0 +1,53 @@
+"""Build the SparkSession the job and the tests share: RocksDB state store (transformWithState
+needs it), Python workers on this interpreter, the project's data sources registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+DEFAULTS = {
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def build_session(app_name: str = "epochwatch", master: str | None = None, conf: Mapping[str, str] | None = None):
+    # Workers must run this interpreter (the one with the project installed), not `python3`.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master or not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
+        builder = builder.master(master or os.environ.get("EPOCHWATCH_SPARK_MASTER", "local[2]"))
+    for key, value in {**DEFAULTS, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("EPOCHWATCH_SPARK_LOG_LEVEL", "ERROR"))
+    register_data_sources(spark)
+    return spark
+
+
+def register_data_sources(spark) -> None:
+    """Register the Kafka Python data sources (udfs.kafka_source / udfs.kafka_sink) if present."""
+    try:
+        from udfs.kafka_source import KafkaEventSource
+    except ImportError:
+        return
+    spark.dataSource.register(KafkaEventSource)
+    try:
+        from udfs.kafka_sink import KafkaEventSink
+    except ImportError:
+        return
+    spark.dataSource.register(KafkaEventSink)

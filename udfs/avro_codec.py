@@ -1,0 +1,155 @@
+"""Avro encoding of events: Confluent wire format (magic byte 0 + 4-byte schema id + Avro
+binary) or schemaless (bare Avro binary, event type in the ``event_type`` Kafka header).
+
+Schema ids come from a :class:`SchemaCatalog`: the built-in one (fixed ids shipped in
+``streaming/schemas/ids.json``) or a Schema Registry (subjects named
+``<topic>-<record full name>``, Confluent's TopicRecordNameStrategy, so one topic can carry
+every event type).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from functools import cache
+from importlib import resources
+
+import fastavro
+
+from streaming import events
+
+MAGIC_BYTE = 0
+HEADER = struct.Struct(">bI")
+EVENT_TYPE_HEADER = "event_type"
+
+
+class DecodeError(ValueError):
+    """A record that cannot be decoded; ``reason`` is a short machine-friendly code."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class SchemaCatalog:
+    """Maps event types to schema ids and back."""
+
+    def id_for(self, event_type: str) -> int:
+        raise NotImplementedError
+
+    def event_type_for(self, schema_id: int) -> str:
+        raise NotImplementedError
+
+
+class BuiltinCatalog(SchemaCatalog):
+    def __init__(self):
+        text = resources.files("streaming.schemas").joinpath("ids.json").read_text()
+        self._ids = {k: int(v) for k, v in json.loads(text).items() if not k.startswith("_")}
+        self._types = {v: k for k, v in self._ids.items()}
+
+    def id_for(self, event_type: str) -> int:
+        return self._ids[event_type]
+
+    def event_type_for(self, schema_id: int) -> str:
+        try:
+            return self._types[schema_id]
+        except KeyError:
+            raise DecodeError("unknown_schema_id", f"schema id {schema_id} is not in the built-in catalog") from None
+
+
+class RegistryCatalog(SchemaCatalog):
+    """Schema Registry backed catalog (confluent_kafka.schema_registry).
+
+    Writers register each event schema under ``<topic>-<record full name>``; readers look
+    ids up and recognise the record by its full name (only the epochwatch v1 records are
+    accepted; any other schema is a decode error, sent to the dead-letter topic).
+    """
+
+    def __init__(self, url: str, topic: str, conf: dict | None = None):
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self._client = SchemaRegistryClient({"url": url, **(conf or {})})
+        self._topic = topic
+        self._ids: dict[str, int] = {}
+        self._types: dict[int, str] = {}
+
+    def id_for(self, event_type: str) -> int:
+        if event_type not in self._ids:
+            from confluent_kafka.schema_registry import Schema
+
+            raw = events.raw_schema(event_type)
+            subject = f"{self._topic}-{raw['namespace']}.{raw['name']}"
+            self._ids[event_type] = self._client.register_schema(subject, Schema(json.dumps(raw), "AVRO"))
+        return self._ids[event_type]
+
+    def event_type_for(self, schema_id: int) -> str:
+        if schema_id not in self._types:
+            try:
+                schema = self._client.get_schema(schema_id)
+            except Exception as exc:  # registry answers 404 for unknown ids
+                raise DecodeError("unknown_schema_id", f"schema id {schema_id}: {exc}") from None
+            doc = json.loads(schema.schema_str)
+            full = f"{doc.get('namespace', '')}.{doc.get('name', '')}"
+            if doc.get("namespace") != events.NAMESPACE or events.event_type_of_record(full) not in events.EVENT_TYPES:
+                raise DecodeError("unknown_event_type", f"schema id {schema_id} is {full}, not an epochwatch event")
+            self._types[schema_id] = events.event_type_of_record(full)
+        return self._types[schema_id]
+
+
+@cache
+def builtin_catalog() -> BuiltinCatalog:
+    return BuiltinCatalog()
+
+
+def encode(event: dict, catalog: SchemaCatalog | None = None) -> bytes:
+    """Confluent wire format bytes of an event dict (as produced by events.normalize)."""
+    event_type = event["event_type"]
+    catalog = catalog or builtin_catalog()
+    buf = io.BytesIO()
+    buf.write(HEADER.pack(MAGIC_BYTE, catalog.id_for(event_type)))
+    fastavro.schemaless_writer(buf, events.parsed_schema(event_type), events.avro_record(event))
+    return buf.getvalue()
+
+
+def encode_schemaless(event: dict) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, events.parsed_schema(event["event_type"]), events.avro_record(event))
+    return buf.getvalue()
+
+
+def decode(value: bytes | None, catalog: SchemaCatalog | None = None) -> dict:
+    """Event dict from Confluent wire format bytes; raises DecodeError with a reason."""
+    if value is None:
+        raise DecodeError("null_value", "record has no value (tombstone)")
+    if len(value) < HEADER.size:
+        raise DecodeError("truncated_header", f"{len(value)} bytes, the wire format header needs {HEADER.size}")
+    magic, schema_id = HEADER.unpack_from(value)
+    if magic != MAGIC_BYTE:
+        raise DecodeError("bad_magic_byte", f"first byte is {value[0]}, expected {MAGIC_BYTE}")
+    event_type = (catalog or builtin_catalog()).event_type_for(schema_id)
+    return _read(event_type, value, HEADER.size)
+
+
+def decode_schemaless(value: bytes | None, event_type: str | None) -> dict:
+    if value is None:
+        raise DecodeError("null_value", "record has no value (tombstone)")
+    if event_type not in events.EVENT_TYPES:
+        raise DecodeError("unknown_event_type", f"header {EVENT_TYPE_HEADER}={event_type!r} is not an event type")
+    return _read(event_type, value, 0)
+
+
+def _read(event_type: str, value: bytes, offset: int) -> dict:
+    stream = io.BytesIO(value)
+    stream.seek(offset)
+    try:
+        record = fastavro.schemaless_reader(stream, events.parsed_schema(event_type), None)
+    except (EOFError, StopIteration, IndexError, struct.error) as exc:
+        raise DecodeError("truncated_avro", f"{event_type}: {type(exc).__name__} {exc}") from None
+    except (ValueError, UnicodeDecodeError, TypeError, OverflowError) as exc:
+        raise DecodeError("bad_avro", f"{event_type}: {type(exc).__name__} {exc}") from None
+    if stream.tell() != len(value):
+        raise DecodeError("trailing_bytes", f"{event_type}: {len(value) - stream.tell()} bytes after the record")
+    record["event_type"] = event_type
+    return record
