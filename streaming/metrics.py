@@ -1,0 +1,285 @@
+"""Prometheus metrics of the driver (names and labels: docs/CONTRACTS.md), on their own registry.
+
+The job calls the ``observe_*`` methods from foreachBatch and :meth:`Metrics.batch_finished` at the
+end of each micro-batch; :meth:`Metrics.serve` exposes ``/metrics`` on a loopback port. Nothing
+here touches prometheus_client's global registry, so several instances (tests) never collide.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from streaming.events import BROKER_STATES
+
+DEFAULT_PORT = 9464
+BATCH_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+RESOLVED_MEMORY = 100_000   # resolved fingerprints remembered, so replayed records count once
+
+
+class _Registry(CollectorRegistry):
+    """A registry without the ``*_created`` series prometheus-client adds to counters and
+    histograms: the exposed names stay exactly the contract's, and the switch that turns them
+    off in the library is process-global."""
+
+    def collect(self):
+        for family in super().collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
+
+
+class _BrokerStatusCollector:
+    """Per-broker series from the latest status row of each broker.
+
+    ``restarts`` arrives as a running total computed by the state processor, so it is exposed
+    as a counter with that value instead of being re-counted here.
+    """
+
+    def __init__(self):
+        self.rows: dict[tuple[str, str], dict] = {}
+        self.lock = threading.Lock()
+
+    def collect(self):
+        state = GaugeMetricFamily("epochwatch_broker_state", "1 for the broker's current controller-side state, 0 for the others",
+                                  labels=["cluster", "broker_id", "state"])
+        incarnation = GaugeMetricFamily("epochwatch_broker_incarnation", "Latest incarnation id (broker epoch) of the broker",
+                                        labels=["cluster", "broker_id"])
+        restarts = CounterMetricFamily("epochwatch_broker_restarts", "Broker restarts (new incarnations) seen",
+                                       labels=["cluster", "broker_id"])
+        epoch = GaugeMetricFamily("epochwatch_broker_metadata_epoch", "Metadata epoch the broker last reported",
+                                  labels=["cluster", "broker_id"])
+        lag = GaugeMetricFamily("epochwatch_broker_metadata_epoch_lag", "Controller metadata epoch minus the broker's",
+                                labels=["cluster", "broker_id"])
+        with self.lock:
+            rows = list(self.rows.items())
+        for (cluster, broker), row in rows:
+            for name in BROKER_STATES:
+                state.add_metric([cluster, broker, name], 1.0 if row.get("state") == name else 0.0)
+            for family, key in ((incarnation, "incarnation_id"), (restarts, "restarts"),
+                                (epoch, "metadata_epoch"), (lag, "metadata_epoch_lag")):
+                if row.get(key) is not None:
+                    family.add_metric([cluster, broker], float(row[key]))
+        return [state, incarnation, restarts, epoch, lag]
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or _Registry(auto_describe=True)
+        r = self.registry
+        self._brokers = _BrokerStatusCollector()
+        r.register(self._brokers)
+        self.cluster_metadata_epoch = Gauge("epochwatch_cluster_metadata_epoch", "Controller metadata epoch of the cluster",
+                                            ["cluster"], registry=r)
+        self.clients_stale = Gauge("epochwatch_clients_stale_metadata", "Clients with stale metadata right now",
+                                   ["cluster"], registry=r)
+        self.clients_overdue = Gauge("epochwatch_clients_rebootstrap_overdue", "Clients past the rebootstrap trigger",
+                                     ["cluster"], registry=r)
+        self.alerts_firing = Gauge("epochwatch_alerts_firing", "Alerts firing now", ["cluster", "alertname", "severity"],
+                                   registry=r)
+        self.alert_transitions = Counter("epochwatch_alert_transitions_total", "Alert records emitted, by status",
+                                         ["alertname", "severity", "status"], registry=r)
+        self.dead_letters = Counter("epochwatch_dead_letters_total", "Input records sent to the dead-letter topic",
+                                    ["reason"], registry=r)
+        self.late_events = Counter("epochwatch_late_events_total", "Rows dropped as later than the watermark", registry=r)
+        self.input_events = Counter("epochwatch_input_events_total", "Input rows read by the query", registry=r)
+        self.input_rate = Gauge("epochwatch_input_rows_per_second", "Input rate of the last micro-batch", registry=r)
+        self.processed_rate = Gauge("epochwatch_processed_rows_per_second", "Processing rate of the last micro-batch",
+                                    registry=r)
+        self.batch_duration = Histogram("epochwatch_batch_duration_seconds", "Micro-batch trigger execution time",
+                                        buckets=BATCH_DURATION_BUCKETS, registry=r)
+        self.state_rows = Gauge("epochwatch_state_rows", "Rows held in the state stores", registry=r)
+        self.source_lag = Gauge("epochwatch_source_lag_records", "Records the source has not read yet (latest - end offset)",
+                                registry=r)
+        self.last_batch = Gauge("epochwatch_last_batch_timestamp_seconds", "When the last micro-batch finished (Unix s)",
+                                registry=r)
+        self.alertmanager_backlog = Gauge("epochwatch_alertmanager_backlog", "Alert states Alertmanager has not accepted yet",
+                                          registry=r)
+        self.alertmanager_failures = Counter("epochwatch_alertmanager_delivery_failures_total",
+                                             "Failed or refused Alertmanager deliveries", registry=r)
+        self.up = Gauge("epochwatch_up", "1 while the streaming job runs", registry=r)
+        self._client_shards: dict[tuple[str, int], tuple[int, int]] = {}
+        self._firing: dict[str, tuple[str, str, str]] = {}     # fingerprint -> firing gauge labels
+        self._resolved: OrderedDict[str, None] = OrderedDict()
+        self._alerts_lock = threading.Lock()
+        self._server = None
+
+    # --- serving -------------------------------------------------------------------------
+
+    def serve(self, port: int = DEFAULT_PORT, addr: str = "127.0.0.1") -> int:
+        """Expose /metrics over HTTP on a daemon thread; returns the bound port (0 picks a free one)."""
+        if self._server is not None:
+            raise RuntimeError("metrics are already served; call stop() first")
+        self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return self._server.server_port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # --- streaming progress --------------------------------------------------------------
+
+    def observe_progress(self, progress: Mapping) -> None:
+        """One StreamingQueryProgress as a dict (``json.loads(query.lastProgress.json)``)."""
+        if not progress:
+            return
+        self.input_events.inc(max(0, int(progress.get("numInputRows") or 0)))
+        self.input_rate.set(_number(progress.get("inputRowsPerSecond")))
+        self.processed_rate.set(_number(progress.get("processedRowsPerSecond")))
+        trigger_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+        if trigger_ms is not None:
+            self.batch_duration.observe(_number(trigger_ms) / 1000)
+        operators = progress.get("stateOperators") or []
+        self.state_rows.set(sum(_number(op.get("numRowsTotal")) for op in operators))
+        dropped = sum(_number(op.get("numRowsDroppedByWatermark")) for op in operators)
+        if dropped > 0:
+            self.late_events.inc(dropped)
+        lags = [source_lag(s) for s in progress.get("sources") or []]
+        known = [lag for lag in lags if lag is not None]
+        if known:
+            self.source_lag.set(sum(known))
+
+    # --- detection output ----------------------------------------------------------------
+
+    def observe_alerts(self, records: Iterable[Mapping]) -> None:
+        """Count transitions and keep the firing gauge, tracked by fingerprint (replays count once).
+
+        Info alerts are one-shot events: they count as transitions but never stay firing.
+        """
+        with self._alerts_lock:
+            for record in records:
+                fp, status = record.get("fingerprint"), record.get("status")
+                if not fp or status not in ("firing", "resolved") or fp in self._resolved:
+                    continue
+                name, severity = str(record.get("alertname")), str(record.get("severity"))
+                if status == "firing":
+                    if fp in self._firing:
+                        continue
+                    self.alert_transitions.labels(name, severity, status).inc()
+                    if severity != "info":
+                        key = (_cluster_of(record), name, severity)
+                        self._firing[fp] = key
+                        self.alerts_firing.labels(*key).inc()
+                else:
+                    self.alert_transitions.labels(name, severity, status).inc()
+                    self._remember_resolved(fp)
+                    key = self._firing.pop(fp, None)
+                    if key is not None:
+                        self.alerts_firing.labels(*key).dec()
+
+    def seed_alerts(self, latest_records: Iterable[Mapping]) -> None:
+        """After a restart: restore the firing gauge from the alerts topic without counting transitions."""
+        with self._alerts_lock:
+            for record in latest_records:
+                fp = record.get("fingerprint")
+                if not fp:
+                    continue
+                if record.get("status") == "resolved":
+                    self._remember_resolved(fp)
+                elif record.get("severity") != "info" and fp not in self._firing:
+                    key = (_cluster_of(record), str(record.get("alertname")), str(record.get("severity")))
+                    self._firing[fp] = key
+                    self.alerts_firing.labels(*key).inc()
+
+    def observe_broker_status(self, rows: Iterable[Mapping]) -> None:
+        """Rows ``{cluster_id, broker_id, state, incarnation_id, metadata_epoch, metadata_epoch_lag, restarts}``."""
+        with self._brokers.lock:
+            for row in rows:
+                key = (str(row["cluster_id"]), str(row["broker_id"]))
+                self._brokers.rows[key] = {**self._brokers.rows.get(key, {}), **{k: v for k, v in row.items() if v is not None}}
+
+    def observe_cluster(self, cluster_id: str, metadata_epoch: int) -> None:
+        self.cluster_metadata_epoch.labels(cluster_id).set(metadata_epoch)
+
+    def observe_client_summary(self, cluster_id: str, shard: int, stale_clients: int, overdue_clients: int) -> None:
+        """Client state is sharded; each shard reports its counts and the cluster sum is exposed."""
+        self._client_shards[(cluster_id, int(shard))] = (int(stale_clients), int(overdue_clients))
+        shards = [v for (c, _), v in self._client_shards.items() if c == cluster_id]
+        self.clients_stale.labels(cluster_id).set(sum(s for s, _ in shards))
+        self.clients_overdue.labels(cluster_id).set(sum(o for _, o in shards))
+
+    def observe_dead_letters(self, counts_by_reason: Mapping[str, int]) -> None:
+        for reason, count in counts_by_reason.items():
+            if count:
+                self.dead_letters.labels(str(reason)).inc(count)
+
+    # --- liveness and delivery -----------------------------------------------------------
+
+    def batch_finished(self, now: float) -> None:
+        """End of a micro-batch at ``now`` (Unix seconds): the monitor is alive and progressing."""
+        self.last_batch.set(now)
+        self.up.set(1)
+
+    def mark_stopped(self) -> None:
+        self.up.set(0)
+
+    def set_alertmanager_backlog(self, backlog: int) -> None:
+        self.alertmanager_backlog.set(backlog)
+
+    def count_alertmanager_failures(self, count: int = 1) -> None:
+        self.alertmanager_failures.inc(count)
+
+    def _remember_resolved(self, fp: str) -> None:
+        self._resolved[fp] = None
+        while len(self._resolved) > RESOLVED_MEMORY:
+            self._resolved.popitem(last=False)
+
+
+def source_lag(source: Mapping) -> float | None:
+    """Records behind for one progress source: sum over partitions of latestOffset - endOffset.
+
+    Offsets may be JSON text or parsed JSON (Kafka: ``{"topic": {"0": 42}}``, other sources:
+    any nesting); numbers at the same path are compared. Falls back to the Kafka source's
+    ``metrics.offsetsBehindLatest`` style numbers when offsets are not comparable.
+    """
+    latest, end = _offsets(source.get("latestOffset")), _offsets(source.get("endOffset"))
+    common = set(latest) & set(end)
+    if common:
+        return float(sum(max(0.0, latest[p] - end[p]) for p in common))
+    metrics = source.get("metrics") or {}
+    for key in ("offsetsBehindLatest", "maxOffsetsBehindLatest"):
+        if key in metrics:
+            return _number(metrics[key])
+    return None
+
+
+def _offsets(value) -> dict[tuple, float]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    out: dict[tuple, float] = {}
+
+    def walk(node, path):
+        if isinstance(node, bool):
+            return
+        if isinstance(node, (int, float)):
+            out[path] = float(node)
+        elif isinstance(node, Mapping):
+            for k, v in node.items():
+                walk(v, path + (str(k),))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, path + (i,))
+
+    walk(value, ())
+    return out
+
+
+def _number(value) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return number if number == number else 0.0   # NaN (Spark's rate of an empty batch) -> 0
+
+
+def _cluster_of(record: Mapping) -> str:
+    return str(record.get("cluster_id") or (record.get("labels") or {}).get("cluster") or "")
