@@ -1,0 +1,166 @@
+"""One state key's detection step, pure: buffered + new events, a time horizon -> alert records,
+broker transitions, status rows, the next wake-up. Spark's processor and the single-process
+engine both call this; neither contains rule logic.
+
+Events are applied strictly in event-time order up to the horizon (everything before it has
+arrived: the watermark's promise), and conditions are evaluated at every deadline on the way,
+so the result does not depend on how events were cut into micro-batches. Events past the
+horizon wait in the key's buffer for a later step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streaming.alerts import AlertTracker
+from streaming.config import RuleSettings
+from streaming.rules.brokers import BrokerFleet
+from streaming.rules.clients import ClientShard
+from streaming.rules.commits import CommitShard
+from streaming.rules.nodes import NodeTable
+from streaming.rules.records import NO_TIME
+
+KINDS = ("brokers", "clients", "nodes", "commits")
+TABLES = {"brokers": BrokerFleet, "clients": ClientShard, "nodes": NodeTable, "commits": CommitShard}
+ENTITY_LABEL = {"brokers": "broker_id", "clients": "client_id", "nodes": "node_id"}
+
+
+def invalid_reason(ev: dict) -> str | None:
+    """Semantic checks the Avro schema cannot express (KIP-343: INVALID_REQUEST)."""
+    kind = ev["event_type"]
+    if not ev.get("cluster_id"):
+        return "cluster_id is empty"
+    if kind in ("broker_heartbeat", "metadata_update") and ev["broker_id"] < 0:
+        return f"broker_id {ev['broker_id']} is negative"
+    if kind == "broker_heartbeat" and ev["incarnation_id"] < 0:
+        return f"incarnation_id {ev['incarnation_id']} is negative"
+    if kind in ("metadata_update", "metadata_response", "offset_commit") and ev["metadata_epoch"] < -1:
+        return f"metadata_epoch {ev['metadata_epoch']} is below -1"
+    if kind in ("broker_heartbeat", "metadata_update") and (ev["controller_epoch"] < 0 or ev["controller_id"] < 0):
+        return "controller_id / controller_epoch is negative"
+    if kind in ("metadata_response", "metadata_request_failed", "client_rebootstrap",
+                "connection_attempt") and not ev.get("client_id"):
+        return "client_id is empty"
+    if kind == "offset_commit" and (ev["partition"] < 0 or not ev.get("group_id")):
+        return "partition is negative or group_id empty"
+    if kind == "connection_attempt" and (ev["setup_timeout_ms"] < 0 or ev["consecutive_failures"] < 0):
+        return "setup_timeout_ms / consecutive_failures is negative"
+    return None
+
+
+@dataclass
+class StepResult:
+    alerts: list[dict] = field(default_factory=list)
+    transitions: list[dict] = field(default_factory=list)
+    status: list[dict] = field(default_factory=list)
+    summaries: list[dict] = field(default_factory=list)
+    invalid: list[tuple[dict, str]] = field(default_factory=list)
+    deadline: int | None = None
+    late: int = 0
+
+
+@dataclass
+class KeyEngine:
+    """The rules state of one (cluster, kind, shard) key plus its alert lifecycle and buffer."""
+
+    kind: str
+    cluster_id: str
+    shard: int
+    settings: RuleSettings
+    table: object
+    tracker: AlertTracker
+    buffer: list[dict] = field(default_factory=list)
+    horizon: int = NO_TIME  # every event at or before this time has been applied
+
+    @classmethod
+    def new(cls, kind: str, cluster_id: str, shard: int, settings: RuleSettings) -> "KeyEngine":
+        return cls(kind, cluster_id, shard, settings, TABLES[kind](cluster_id, settings),
+                   AlertTracker(cluster_id, settings))
+
+    def step(self, new_events: list[dict], horizon: int) -> StepResult:
+        out = StepResult()
+        horizon = max(horizon, self.horizon)
+        pending = self.buffer + new_events
+        pending.sort(key=_event_time)
+        ready_count = 0
+        for ev in pending:
+            if ev["event_time"] > horizon:
+                break
+            ready_count += 1
+        ready, self.buffer = pending[:ready_count], pending[ready_count:]
+        deadline = self._deadline(self.horizon)
+        for ev in ready:
+            t = ev["event_time"]
+            if t < self.horizon:
+                out.late += 1  # arrived after we evaluated its time (processing-time mode only)
+            while deadline is not None and deadline < t:
+                self._evaluate(deadline, out)
+                deadline = self._deadline(deadline)
+            reason = invalid_reason(ev)
+            if reason:
+                out.invalid.append((ev, reason))
+                continue
+            introduced = self.table.apply(ev)
+            if introduced is not None and introduced > t and (deadline is None or introduced < deadline):
+                deadline = introduced
+            if self.table.dirty:
+                self._evaluate(t, out)
+                deadline = self._deadline(t)
+        while deadline is not None and deadline <= horizon:
+            self._evaluate(deadline, out)
+            deadline = self._deadline(deadline)
+        if self.horizon == NO_TIME or horizon > self.horizon or ready:
+            self._evaluate(horizon, out)
+        self.horizon = horizon
+        out.deadline = self._deadline(horizon)
+        if self.buffer:
+            first = self.buffer[0]["event_time"]
+            out.deadline = first if out.deadline is None else min(out.deadline, first)
+        self._report(out, horizon)
+        return out
+
+    def _evaluate(self, now: int, out: StepResult) -> None:
+        table = self.table
+        table.dirty = False
+        table.advance(now)
+        conditions = table.conditions(now)
+        one_shots = getattr(table, "one_shots", None)
+        if one_shots:
+            conditions = one_shots + conditions
+            table.one_shots = []
+        out.alerts.extend(self.tracker.update(conditions, now))
+        if isinstance(table, BrokerFleet) and table.transitions:
+            out.transitions.extend(table.transitions)
+            table.transitions = []
+        label = ENTITY_LABEL.get(self.kind)
+        open_entities = {dict(a.labels).get(label) for a in self.tracker.open.values()} if label else set()
+        table.expire(now, lambda entity: str(entity) in open_entities or not label and bool(self.tracker.open))
+
+    def _deadline(self, now: int) -> int | None:
+        candidates = [d for d in (self.table.next_deadline(now), self.tracker.next_deadline()) if d is not None]
+        expiry = self._expiry_deadline()
+        if expiry is not None:
+            candidates.append(expiry)
+        future = [d for d in candidates if d > now]
+        return min(future) if future else None
+
+    def _expiry_deadline(self) -> int | None:
+        entities = {"brokers": "brokers", "clients": "clients", "nodes": "nodes", "commits": "commits"}[self.kind]
+        last = [e.last_event_ms for e in getattr(self.table, entities).values() if e.last_event_ms != NO_TIME]
+        return min(last) + self.settings.entity_expiry_ms if last else None
+
+    def _report(self, out: StepResult, now: int) -> None:
+        table = self.table
+        if isinstance(table, BrokerFleet):
+            out.status.extend(table.status_rows(table.touched))
+            out.summaries.append({"cluster_id": self.cluster_id, "kind": "cluster",
+                                  "metadata_epoch": table.cluster.newest_epoch})
+        elif isinstance(table, ClientShard):
+            stale, overdue = table.summary(now)
+            out.summaries.append({"cluster_id": self.cluster_id, "kind": "clients", "shard": self.shard,
+                                  "stale_clients": stale, "overdue_clients": overdue})
+        table.touched = set()
+
+
+def _event_time(ev: dict) -> int:
+    return ev["event_time"]

@@ -1,0 +1,158 @@
+"""Client-side rules: stale metadata responses (metadata epoch), the rebootstrap trigger
+(KIP-899 / KIP-1102) and cluster-id checks after rebootstrap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streaming.alerts import Condition, condition
+from streaming.config import RuleSettings
+from streaming.rules.records import NO_TIME, ClientRecord, first_after
+
+
+@dataclass
+class ClientShard:
+    cluster_id: str
+    settings: RuleSettings
+    clients: dict[str, ClientRecord] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    dirty: bool = False
+
+    def client(self, client_id: str) -> ClientRecord:
+        c = self.clients.get(client_id)
+        if c is None:
+            c = self.clients[client_id] = ClientRecord(client_id)
+        self.touched.add(client_id)
+        return c
+
+    def apply(self, ev: dict) -> int | None:
+        """Apply one event; returns the earliest deadline it may have introduced."""
+        c = self.client(ev["client_id"])
+        t = ev["event_time"]
+        c.last_event_ms = max(c.last_event_ms, t)
+        kind = ev["event_type"]
+        if kind == "metadata_response":
+            self.on_response(c, ev, t)
+        elif kind == "metadata_request_failed":
+            self._failed(c, t)
+        elif kind == "client_rebootstrap":
+            self.on_rebootstrap(c, ev, t)
+        return first_after(self._client_deadlines(c), t)
+
+    def on_response(self, c: ClientRecord, ev: dict, t: int) -> None:
+        if ev.get("error_code", 0) != 0 or ev["broker_count"] <= 0:
+            self._failed(c, t)  # REBOOTSTRAP_REQUIRED (129) included: no usable metadata
+            return
+        # KIP-899: a response listing at least one broker clears the rebootstrap trigger.
+        if t >= c.first_failure_ms:
+            c.first_failure_ms = NO_TIME
+        c.last_success_ms = max(c.last_success_ms, t)
+        self._check_cluster_id(c, ev.get("response_cluster_id"), t)
+        epoch, broker_id = ev["metadata_epoch"], ev["broker_id"]
+        if epoch < 0:
+            return  # -1: unknown epoch, never stale
+        if epoch < c.accepted_epoch:
+            self._stale(c, broker_id, t)
+            return
+        c.accepted_epoch, c.accepted_ms = epoch, t
+        self._close_stale(c, broker_id)  # that broker answers current metadata again
+
+    def _failed(self, c: ClientRecord, t: int) -> None:
+        if c.first_failure_ms == NO_TIME and t >= c.last_success_ms:
+            c.first_failure_ms = t
+
+    def on_rebootstrap(self, c: ClientRecord, ev: dict, t: int) -> None:
+        before, after = ev.get("cluster_id_before"), ev.get("cluster_id_after")
+        if before and not c.known_cluster_id:
+            c.known_cluster_id = before
+        self._check_cluster_id(c, after, t)
+        if before and after and before != after:
+            c.accepted_epoch = -1  # another cluster numbers its metadata on its own
+
+    def _check_cluster_id(self, c: ClientRecord, cluster_id: str | None, t: int) -> None:
+        if not cluster_id:
+            return
+        if not c.known_cluster_id:
+            c.known_cluster_id = cluster_id
+        elif cluster_id != c.known_cluster_id:
+            if c.mismatch_since_ms == NO_TIME:
+                c.mismatch_since_ms = t
+                self.dirty = True
+            c.mismatch_cluster_id = cluster_id
+        else:
+            c.mismatch_since_ms, c.mismatch_cluster_id = NO_TIME, ""
+
+    def _stale(self, c: ClientRecord, broker_id: int, t: int) -> None:
+        if broker_id in c.stale_broker_ids:
+            i = c.stale_broker_ids.index(broker_id)
+            c.stale_last_ms[i] = max(c.stale_last_ms[i], t)
+            c.stale_counts[i] += 1
+        else:
+            self.dirty = True
+            c.stale_broker_ids.append(broker_id)
+            c.stale_since_ms.append(t)
+            c.stale_last_ms.append(t)
+            c.stale_counts.append(1)
+
+    @staticmethod
+    def _close_stale(c: ClientRecord, broker_id: int) -> None:
+        if broker_id in c.stale_broker_ids:
+            i = c.stale_broker_ids.index(broker_id)
+            for lst in (c.stale_broker_ids, c.stale_since_ms, c.stale_last_ms, c.stale_counts):
+                del lst[i]
+
+    def advance(self, now: int) -> None:
+        quiet = self.settings.stale_incident_quiet_ms
+        for c in self.clients.values():
+            for i in reversed(range(len(c.stale_broker_ids))):
+                if now - c.stale_last_ms[i] >= quiet:
+                    for lst in (c.stale_broker_ids, c.stale_since_ms, c.stale_last_ms, c.stale_counts):
+                        del lst[i]
+
+    def conditions(self, now: int) -> list[Condition]:
+        s = self.settings
+        found = []
+        for c in self.clients.values():
+            for bid, since, count in zip(c.stale_broker_ids, c.stale_since_ms, c.stale_counts):
+                found.append(condition("StaleMetadataResponse", since,
+                                       f"{count} response(s) older than accepted epoch {c.accepted_epoch}",
+                                       client_id=c.client_id, broker_id=bid))
+            if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= s.rebootstrap_trigger_ms:
+                found.append(condition("ClientRebootstrapOverdue", c.first_failure_ms + s.rebootstrap_trigger_ms,
+                                       f"no metadata since first failure at {c.first_failure_ms}",
+                                       client_id=c.client_id))
+            if c.mismatch_since_ms != NO_TIME:
+                found.append(condition("ClusterIdMismatch", c.mismatch_since_ms,
+                                       f"knew cluster {c.known_cluster_id}, now talks to {c.mismatch_cluster_id}",
+                                       client_id=c.client_id))
+        return found
+
+    def next_deadline(self, now: int) -> int | None:
+        s = self.settings
+        times = []
+        for c in self.clients.values():
+            times.extend(self._client_deadlines(c))
+        return first_after(times, now)
+
+    def _client_deadlines(self, c: ClientRecord) -> list[int]:
+        s = self.settings
+        times = [last + s.stale_incident_quiet_ms for last in c.stale_last_ms]
+        if c.first_failure_ms != NO_TIME:
+            times.append(c.first_failure_ms + s.rebootstrap_trigger_ms)
+        return times
+
+    def expire(self, now: int, has_open_alert) -> list[str]:
+        gone = [cid for cid, c in self.clients.items()
+                if c.last_event_ms != NO_TIME and now - c.last_event_ms >= self.settings.entity_expiry_ms
+                and not has_open_alert(cid)]
+        for cid in gone:
+            del self.clients[cid]
+        return gone
+
+    def summary(self, now: int) -> tuple[int, int]:
+        """(clients with an open stale incident, clients past the rebootstrap trigger)."""
+        trigger = self.settings.rebootstrap_trigger_ms
+        stale = sum(1 for c in self.clients.values() if c.stale_broker_ids)
+        overdue = sum(1 for c in self.clients.values()
+                      if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= trigger)
+        return stale, overdue

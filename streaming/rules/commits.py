@@ -1,0 +1,65 @@
+"""Offset commits carry the client's metadata epoch; Kafka's coordinator refuses a commit whose
+epoch is below the last commit's for that partition (INVALID_METADATA_EPOCH)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streaming.alerts import Condition, condition
+from streaming.config import RuleSettings
+from streaming.rules.records import NO_TIME, CommitRecord
+
+
+@dataclass
+class CommitShard:
+    cluster_id: str
+    settings: RuleSettings
+    commits: dict[tuple[str, str, int], CommitRecord] = field(default_factory=dict)
+    touched: set[tuple[str, str, int]] = field(default_factory=set)
+    dirty: bool = False
+
+    def apply(self, ev: dict) -> int | None:
+        key = (ev["group_id"], ev["topic"], ev["partition"])
+        r = self.commits.get(key)
+        if r is None:
+            r = self.commits[key] = CommitRecord(*key)
+        self.touched.add(key)
+        t, epoch = ev["event_time"], ev["metadata_epoch"]
+        r.last_event_ms = max(r.last_event_ms, t)
+        if epoch >= 0 and r.metadata_epoch >= 0 and epoch < r.metadata_epoch:
+            if r.regression_since_ms == NO_TIME:
+                r.regression_since_ms = t
+                self.dirty = True
+            r.regression_last_ms, r.regression_epoch = max(r.regression_last_ms, t), epoch
+            return r.regression_last_ms + self.settings.stale_incident_quiet_ms  # refused: stored commit stays
+        if epoch >= r.metadata_epoch or epoch < 0:
+            r.regression_since_ms = r.regression_last_ms = NO_TIME  # a good commit ends the incident
+        r.metadata_epoch = max(r.metadata_epoch, epoch)
+        r.offset, r.last_commit_ms = ev["offset"], t
+        return None
+
+    def advance(self, now: int) -> None:
+        quiet = self.settings.stale_incident_quiet_ms
+        for r in self.commits.values():
+            if r.regression_since_ms != NO_TIME and now - r.regression_last_ms >= quiet:
+                r.regression_since_ms = r.regression_last_ms = NO_TIME
+
+    def conditions(self, now: int) -> list[Condition]:
+        return [condition("OffsetCommitEpochRegression", r.regression_since_ms,
+                          f"commit with metadata epoch {r.regression_epoch} after {r.metadata_epoch} "
+                          f"(Kafka refuses it: INVALID_METADATA_EPOCH)",
+                          group_id=r.group_id, topic=r.topic, partition=r.partition)
+                for r in self.commits.values() if r.regression_since_ms != NO_TIME]
+
+    def next_deadline(self, now: int) -> int | None:
+        quiet = self.settings.stale_incident_quiet_ms
+        future = [r.regression_last_ms + quiet for r in self.commits.values()
+                  if r.regression_since_ms != NO_TIME and r.regression_last_ms + quiet > now]
+        return min(future) if future else None
+
+    def expire(self, now: int, has_open_alert) -> list:
+        gone = [k for k, r in self.commits.items()
+                if now - r.last_event_ms >= self.settings.entity_expiry_ms and not has_open_alert(k)]
+        for k in gone:
+            del self.commits[k]
+        return gone

@@ -1,0 +1,117 @@
+"""State records kept per entity. Plain dataclasses: the processor stores them as Spark rows
+(schema derived from the type hints) and the rules mutate them in place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+NO_TIME = -1
+STATES = ("INITIAL", "INACTIVE", "ACTIVE", "STOPPING")
+
+
+@dataclass
+class BrokerRecord:
+    broker_id: int
+    state: str = "INITIAL"
+    state_since_ms: int = NO_TIME
+    inactive_reason: str = ""          # timeout | controller | shutdown
+    incarnation_id: int = -1           # highest incarnation accepted
+    last_heartbeat_ms: int = NO_TIME   # of that incarnation
+    restarts: int = 0
+    old_incarnation_id: int = -1       # a lower incarnation still heard from
+    old_last_seen_ms: int = NO_TIME
+    old_heartbeats: int = 0
+    regression_since_ms: int = NO_TIME
+    duplicate_since_ms: int = NO_TIME
+    applied_epoch: int = -1
+    applied_controller_epoch: int = -1
+    served_epoch: int = -1
+    last_served_ms: int = NO_TIME
+    behind_since_ms: int = NO_TIME
+    flap_times_ms: list[int] = field(default_factory=list)
+    flapping_since_ms: int = NO_TIME
+    time_in_state_ms: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    last_event_ms: int = NO_TIME
+
+    @property
+    def known_epoch(self) -> int:
+        return max(self.applied_epoch, self.served_epoch)
+
+
+@dataclass
+class ClusterRecord:
+    """What the brokers key knows about the cluster as a whole."""
+
+    controller_id: int = -1
+    controller_epoch: int = -1
+    newest_epoch: int = -1
+    # first-seen times of recent newest epochs: parallel lists, pruned to a window
+    epoch_history: list[int] = field(default_factory=list)
+    epoch_history_ms: list[int] = field(default_factory=list)
+    last_heartbeat_ms: int = NO_TIME
+    regression_since_ms: int = NO_TIME
+    regression_epoch: int = -1
+    regression_controller_id: int = -1
+    regression_high_epoch: int = -1
+
+
+@dataclass
+class ClientRecord:
+    client_id: str
+    accepted_epoch: int = -1
+    accepted_ms: int = NO_TIME
+    last_success_ms: int = NO_TIME
+    first_failure_ms: int = NO_TIME
+    known_cluster_id: str = ""
+    mismatch_since_ms: int = NO_TIME
+    mismatch_cluster_id: str = ""
+    # open stale-metadata incidents, one per answering broker: parallel lists
+    stale_broker_ids: list[int] = field(default_factory=list)
+    stale_since_ms: list[int] = field(default_factory=list)
+    stale_last_ms: list[int] = field(default_factory=list)
+    stale_counts: list[int] = field(default_factory=list)
+    last_event_ms: int = NO_TIME
+
+
+@dataclass
+class NodeRecord:
+    node_id: int
+    # REBOOTSTRAP_REQUIRED answers: incident start, last one, distinct clients (capped list)
+    rr_since_ms: int = NO_TIME
+    rr_last_ms: int = NO_TIME
+    rr_responses: int = 0
+    rr_clients: list[str] = field(default_factory=list)
+    # connection-setup timeouts in the sliding window: parallel lists
+    timeout_times_ms: list[int] = field(default_factory=list)
+    timeout_clients: list[str] = field(default_factory=list)
+    timeout_off_formula: list[bool] = field(default_factory=list)
+    storm_since_ms: int = NO_TIME
+    last_event_ms: int = NO_TIME
+
+
+@dataclass
+class CommitRecord:
+    group_id: str
+    topic: str
+    partition: int
+    metadata_epoch: int = -1
+    offset: int = -1
+    last_commit_ms: int = NO_TIME
+    regression_since_ms: int = NO_TIME
+    regression_last_ms: int = NO_TIME
+    regression_epoch: int = -1
+    last_event_ms: int = NO_TIME
+
+
+def first_after(times, t: int) -> int | None:
+    """The earliest of ``times`` strictly after ``t`` (deadlines already passed are handled)."""
+    return min((x for x in times if x > t), default=None)
+
+
+def to_row(record) -> tuple:
+    return tuple(getattr(record, f.name) for f in fields(record))
+
+
+def from_row(cls, row) -> object:
+    values = [list(v) if isinstance(v, (list, tuple)) else v for v in row]
+    return cls(*values)
