@@ -1,0 +1,95 @@
+"""Client staleness and rebootstrap: clients on stale metadata, clients past the rebootstrap trigger."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import stat, timeseries
+from grafana_foundation_sdk.models import common as cm
+
+from dashboards import common as c
+from dashboards.selectors import selector, sum_by
+
+UID = c.UID_CLIENTS
+TITLE = "epochwatch / Client staleness and rebootstrap"
+CLIENT_ALERTS = (
+    "StaleMetadataResponse", "OffsetCommitEpochRegression", "ClientRebootstrapOverdue",
+    "RebootstrapRequired", "ClusterIdMismatch", "ConnectionSetupTimeoutStorm",
+)
+
+
+def stale_clients_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Clients on stale metadata")
+        .description("Clients whose last metadata response carried an epoch below one they had already accepted.")
+        .with_target(c.query(f"sum({selector('epochwatch_clients_stale_metadata')}) or vector(0)"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(8).height(5)
+        .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE), (10, c.RED))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
+    )
+
+
+def overdue_rebootstrap_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Clients overdue for rebootstrap")
+        .description("Clients without usable metadata for longer than metadata.recovery.rebootstrap.trigger.ms (KIP-1102).")
+        .with_target(c.query(f"sum({selector('epochwatch_clients_rebootstrap_overdue')}) or vector(0)"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(8).height(5)
+        .thresholds(c.thresholds(c.GREEN, (1, c.RED))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
+    )
+
+
+def client_alerts_stat() -> stat.Panel:
+    firing = selector("epochwatch_alerts_firing", alertname=CLIENT_ALERTS)
+    return (
+        stat.Panel().title("Client alerts firing")
+        .with_target(c.query(f"sum({firing}) or vector(0)"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(8).height(5)
+        .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.NONE)
+    )
+
+
+def stale_clients_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Clients on stale metadata per cluster")
+        .with_target(c.query(sum_by(("cluster",), selector("epochwatch_clients_stale_metadata")), legend="{{cluster}}"))
+        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE), (10, c.RED))).thresholds_style(c.threshold_lines())
+        .legend(c.legend()).tooltip(c.tooltip())
+        .links([c.dashboard_link(c.UID_METADATA_EPOCHS, "Metadata epoch lag")])
+    )
+
+
+def overdue_rebootstrap_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Clients overdue for rebootstrap per cluster")
+        .with_target(c.query(sum_by(("cluster",), selector("epochwatch_clients_rebootstrap_overdue")), legend="{{cluster}}"))
+        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        .thresholds(c.thresholds(c.GREEN, (1, c.RED))).thresholds_style(c.threshold_lines())
+        .legend(c.legend()).tooltip(c.tooltip())
+    )
+
+
+def client_alerts_timeseries() -> timeseries.Panel:
+    firing = selector("epochwatch_alerts_firing", alertname=CLIENT_ALERTS)
+    return (
+        timeseries.Panel().title("Client alerts firing by alertname")
+        .with_target(c.query(sum_by(("cluster", "alertname"), firing), legend="{{cluster}} {{alertname}}"))
+        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(24).height(8)
+        .stacking(c.stacked()).fill_opacity(40)
+        .legend(c.legend(table=True, calcs=("max", "lastNotNull"))).tooltip(c.tooltip())
+    )
+
+
+def build():
+    return (
+        c.new_dashboard(UID, TITLE, "Clients on stale metadata, clients overdue for rebootstrap, client-side alerts.")
+        .with_row(c.row("Now"))
+        .with_panel(stale_clients_stat())
+        .with_panel(overdue_rebootstrap_stat())
+        .with_panel(client_alerts_stat())
+        .with_row(c.row("Over time"))
+        .with_panel(stale_clients_timeseries())
+        .with_panel(overdue_rebootstrap_timeseries())
+        .with_panel(client_alerts_timeseries())
+    )

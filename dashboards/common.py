@@ -1,0 +1,183 @@
+"""Pieces every dashboard shares: uids, variables, queries, legends, thresholds, links, JSON.
+
+A dashboard module chains the SDK builders and uses these helpers so that the datasource,
+the ``cluster`` variable and the navigation look the same everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+with warnings.catch_warnings():
+    # builders.dashboard warns at import that the v2 schema exists; v1 is what Grafana
+    # provisioning and /api/dashboards/db accept today.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from grafana_foundation_sdk.builders import dashboard as dash
+
+from grafana_foundation_sdk.builders import common as viz
+from grafana_foundation_sdk.builders import prometheus
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import prometheus as pm
+
+from dashboards.metrics import BROKER_STATE_CODES
+from dashboards.selectors import CLUSTER_VARIABLE
+
+TAG = "epochwatch"
+DATASOURCE_VARIABLE = "datasource"
+
+UID_FLEET = "epochwatch-fleet"
+UID_BROKER_STATES = "epochwatch-broker-states"
+UID_INCARNATIONS = "epochwatch-incarnations"
+UID_METADATA_EPOCHS = "epochwatch-metadata-epochs"
+UID_CLIENTS = "epochwatch-clients"
+UID_MONITOR = "epochwatch-monitor"
+
+GREEN, YELLOW, ORANGE, RED, BLUE, GREY = "green", "yellow", "orange", "red", "blue", "text"
+STATE_COLORS = {"INITIAL": BLUE, "INACTIVE": RED, "ACTIVE": GREEN, "STOPPING": ORANGE}
+SEVERITY_COLORS = {"info": BLUE, "warning": ORANGE, "critical": RED}
+
+
+def datasource() -> cm.DataSourceRef:
+    return cm.DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE_VARIABLE}}}")
+
+
+def query(expr: str, legend: str = "", ref_id: str = "A", instant: bool = False) -> prometheus.Dataquery:
+    q = prometheus.Dataquery().expr(expr).ref_id(ref_id).datasource(datasource())
+    if legend:
+        q = q.legend_format(legend)
+    if instant:
+        q = q.instant().format(pm.PromQueryFormat.TABLE)
+    return q
+
+
+def datasource_variable() -> dash.DatasourceVariable:
+    return dash.DatasourceVariable(DATASOURCE_VARIABLE).label("Data source").type("prometheus")
+
+
+def cluster_variable() -> dash.QueryVariable:
+    return (
+        dash.QueryVariable(CLUSTER_VARIABLE)
+        .label("Kafka cluster")
+        .datasource(datasource())
+        .query("label_values(epochwatch_broker_state, cluster)")
+        .definition("label_values(epochwatch_broker_state, cluster)")
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.NATURAL_ASC)
+        .multi(True)
+        .include_all(True)
+        # ".*" instead of a long a|b|c alternation when "All" is picked
+        .all_value(".*")
+    )
+
+
+def new_dashboard(uid: str, title: str, description: str) -> dash.Dashboard:
+    return (
+        dash.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags([TAG])
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("utc")
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .with_variable(datasource_variable())
+        .with_variable(cluster_variable())
+        .link(
+            dash.DashboardLink("epochwatch dashboards")
+            .type(dm.DashboardLinkType.DASHBOARDS)
+            .tags([TAG])
+            .as_dropdown(True)
+            .include_vars(True)
+            .keep_time(True)
+        )
+    )
+
+
+def dashboard_link(uid: str, title: str) -> dash.DashboardLink:
+    """A panel link to another epochwatch dashboard, keeping the time range and variables."""
+    return (
+        dash.DashboardLink(title)
+        .type(dm.DashboardLinkType.LINK)
+        .url(f"/d/{uid}?${{__url_time_range}}&${{{DATASOURCE_VARIABLE}:queryparam}}&${{{CLUSTER_VARIABLE}:queryparam}}")
+        .tooltip(f"Open the '{title}' dashboard")
+        .include_vars(False)
+        .keep_time(False)
+    )
+
+
+def legend(table: bool = False, calcs: tuple[str, ...] = ()) -> viz.VizLegendOptions:
+    mode = cm.LegendDisplayMode.TABLE if table else cm.LegendDisplayMode.LIST
+    placement = cm.LegendPlacement.RIGHT if table else cm.LegendPlacement.BOTTOM
+    return viz.VizLegendOptions().show_legend(True).display_mode(mode).placement(placement).calcs(list(calcs))
+
+
+def tooltip() -> viz.VizTooltipOptions:
+    return viz.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING)
+
+
+def thresholds(base: str, *steps: tuple[float, str]) -> dash.ThresholdsConfig:
+    """``thresholds(GREEN, (1, ORANGE), (10, RED))``: base colour, then (from value, colour)."""
+    return dash.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
+        [dm.Threshold(value=None, color=base)] + [dm.Threshold(value=v, color=c) for v, c in steps]
+    )
+
+
+def threshold_colors() -> dash.FieldColor:
+    return dash.FieldColor().mode(dm.FieldColorModeId.THRESHOLDS)
+
+
+def broker_state_mappings() -> list[dm.ValueMap]:
+    return [dm.ValueMap(options={
+        str(code): dm.ValueMappingResult(text=state, color=STATE_COLORS[state], index=code)
+        for state, code in BROKER_STATE_CODES.items()
+    })]
+
+
+def up_down_mappings() -> list[dm.ValueMap]:
+    return [dm.ValueMap(options={
+        "0": dm.ValueMappingResult(text="DOWN", color=RED, index=0),
+        "1": dm.ValueMappingResult(text="UP", color=GREEN, index=1),
+    })]
+
+
+def organize(exclude: tuple[str, ...] = ("Time",), rename: dict[str, str] | None = None) -> dm.DataTransformerConfig:
+    """Hide / rename table columns (the 'organize' transformation)."""
+    return dm.DataTransformerConfig(id_val="organize", options={
+        "excludeByName": {name: True for name in exclude},
+        "renameByName": dict(rename or {}),
+    })
+
+
+def threshold_lines() -> viz.GraphThresholdsStyleConfig:
+    return viz.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
+
+
+def last_value() -> viz.ReduceDataOptions:
+    return viz.ReduceDataOptions().calcs(["lastNotNull"]).values(False)
+
+
+def row(title: str) -> dash.Row:
+    return dash.Row(title)
+
+
+def stacked() -> viz.StackingConfig:
+    return viz.StackingConfig().mode(cm.StackingMode.NORMAL).group("A")
+
+
+def to_json(dashboard: dash.Dashboard) -> dict:
+    """The dashboard as plain JSON data, panels numbered 1..n in order (rows included).
+
+    Stable ids keep the rendered files stable and make ``viewPanel`` links work.
+    """
+    data = json.loads(json.dumps(dashboard.build(), cls=JSONEncoder))
+    next_id = 1
+    for panel in data.get("panels", []):
+        panel["id"] = next_id
+        next_id += 1
+        for inner in panel.get("panels", []):
+            inner["id"] = next_id
+            next_id += 1
+    return data

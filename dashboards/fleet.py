@@ -1,0 +1,107 @@
+"""Fleet overview: how many brokers are in which state, which alerts fire, which clusters report."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import stat, table, timeseries
+from grafana_foundation_sdk.models import common as cm
+
+from dashboards import common as c
+from dashboards.selectors import selector, sum_by
+
+UID = c.UID_FLEET
+TITLE = "epochwatch / Fleet overview"
+
+
+def clusters_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Clusters reporting")
+        .description("Kafka clusters with at least one broker known to epochwatch.")
+        .with_target(c.query(f"count({sum_by(('cluster',), selector('epochwatch_broker_state'))})", instant=True))
+        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
+        .thresholds(c.thresholds(c.RED, (1, c.GREEN))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.NONE)
+    )
+
+
+def brokers_in_state_stat(state: str, bad_from: float | None) -> stat.Panel:
+    """Brokers in ``state`` right now; coloured when at least ``bad_from`` brokers are in it."""
+    colors = c.thresholds(c.STATE_COLORS[state], (bad_from, c.RED)) if bad_from else c.thresholds(c.STATE_COLORS[state])
+    return (
+        stat.Panel().title(f"Brokers {state}")
+        .with_target(c.query(f"sum({selector('epochwatch_broker_state', state=state)})"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
+        .thresholds(colors).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
+        .links([c.dashboard_link(c.UID_BROKER_STATES, "Broker state timeline")])
+    )
+
+
+def alerts_firing_stat(severity: str) -> stat.Panel:
+    return (
+        stat.Panel().title(f"Alerts firing ({severity})")
+        .with_target(c.query(f"sum({selector('epochwatch_alerts_firing', severity=severity)}) or vector(0)"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
+        .thresholds(c.thresholds(c.GREEN, (1, c.SEVERITY_COLORS[severity]))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
+    )
+
+
+def brokers_per_state_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Brokers per state")
+        .description("Count of brokers in each controller-side state (KIP-343: INITIAL, INACTIVE = fenced, ACTIVE, STOPPING).")
+        .with_target(c.query(sum_by(("state",), selector("epochwatch_broker_state")), legend="{{state}}"))
+        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        .legend(c.legend()).tooltip(c.tooltip())
+        .stacking(c.stacked()).fill_opacity(40)
+        .links([c.dashboard_link(c.UID_BROKER_STATES, "Broker state timeline")])
+    )
+
+
+def active_brokers_per_cluster_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("ACTIVE brokers per cluster")
+        .with_target(c.query(sum_by(("cluster",), selector("epochwatch_broker_state", state="ACTIVE")), legend="{{cluster}}"))
+        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        .legend(c.legend()).tooltip(c.tooltip())
+    )
+
+
+def alerts_by_severity_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Alerts firing by severity")
+        .with_target(c.query(sum_by(("severity",), selector("epochwatch_alerts_firing")), legend="{{severity}}"))
+        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        .legend(c.legend()).tooltip(c.tooltip()).stacking(c.stacked()).fill_opacity(40)
+    )
+
+
+def alerts_by_name_table() -> table.Panel:
+    expr = sum_by(("cluster", "alertname", "severity"), selector("epochwatch_alerts_firing")) + " > 0"
+    return (
+        table.Panel().title("Alerts firing now by alertname")
+        .description("One row per cluster, alert name and severity with the number of firing incidents.")
+        .with_target(c.query(expr, instant=True))
+        .datasource(c.datasource()).span(12).height(8)
+        .with_transformation(c.organize(rename={"Value": "firing"}))
+        .unit("short").decimals(0)
+    )
+
+
+def build():
+    return (
+        c.new_dashboard(UID, TITLE, "Brokers per state, alerts firing by severity and name, clusters reporting.")
+        .with_row(c.row("Now"))
+        .with_panel(clusters_stat())
+        .with_panel(brokers_in_state_stat("ACTIVE", None))
+        .with_panel(brokers_in_state_stat("INACTIVE", 1))
+        .with_panel(brokers_in_state_stat("STOPPING", 1))
+        .with_panel(alerts_firing_stat("critical"))
+        .with_panel(alerts_firing_stat("warning"))
+        .with_row(c.row("Brokers"))
+        .with_panel(brokers_per_state_timeseries())
+        .with_panel(active_brokers_per_cluster_timeseries())
+        .with_row(c.row("Alerts"))
+        .with_panel(alerts_by_severity_timeseries())
+        .with_panel(alerts_by_name_table())
+    )

@@ -1,0 +1,115 @@
+"""Metadata epoch lag: how far each broker trails the controller's metadata epoch."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import bargauge, stat, timeseries
+from grafana_foundation_sdk.models import common as cm
+
+from dashboards import common as c
+from dashboards.selectors import max_by, selector, sum_by
+
+UID = c.UID_METADATA_EPOCHS
+TITLE = "epochwatch / Metadata epoch lag"
+BROKER_LEGEND = "{{cluster}} broker {{broker_id}}"
+# Lag in metadata updates: a few is normal propagation, many means the broker is cut off.
+LAG_WARNING, LAG_CRITICAL = 5, 50
+LAG_ALERTS = ("BrokerMetadataLag", "MetadataEpochRegression")
+
+
+def lag_thresholds():
+    return c.thresholds(c.GREEN, (LAG_WARNING, c.ORANGE), (LAG_CRITICAL, c.RED))
+
+
+def max_lag_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Largest lag now")
+        .with_target(c.query(f"max({selector('epochwatch_broker_metadata_epoch_lag')})"))
+        .datasource(c.datasource()).unit("none").decimals(0).span(6).height(5)
+        .thresholds(lag_thresholds()).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
+    )
+
+
+def lagging_brokers_stat() -> stat.Panel:
+    lagging = f"{selector('epochwatch_broker_metadata_epoch_lag')} >= {LAG_WARNING}"
+    return (
+        stat.Panel().title(f"Brokers lagging by {LAG_WARNING}+ epochs")
+        .with_target(c.query(f"count({lagging}) or vector(0)"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(6).height(5)
+        .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.NONE)
+    )
+
+
+def lag_alerts_stat() -> stat.Panel:
+    firing = selector("epochwatch_alerts_firing", alertname=LAG_ALERTS)
+    return (
+        stat.Panel().title("Lag / epoch regression alerts firing")
+        .with_target(c.query(f"sum({firing}) or vector(0)"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(6).height(5)
+        .thresholds(c.thresholds(c.GREEN, (1, c.RED))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.NONE)
+    )
+
+
+def cluster_epoch_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Controller metadata epoch")
+        .with_target(c.query(max_by(("cluster",), selector("epochwatch_cluster_metadata_epoch")), legend="{{cluster}}"))
+        .datasource(c.datasource()).unit("none").decimals(0).span(6).height(5)
+        .color_mode(cm.BigValueColorMode.NONE).graph_mode(cm.BigValueGraphMode.AREA)
+    )
+
+
+def lag_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Metadata epoch lag per broker")
+        .description("Controller metadata epoch minus the epoch the broker last applied. A broker that "
+                     "keeps lagging serves old metadata (KAFKA-6262).")
+        .with_target(c.query(max_by(("cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch_lag")),
+                             legend=BROKER_LEGEND))
+        .datasource(c.datasource()).unit("none").decimals(0).min(0).span(24).height(9)
+        .thresholds(lag_thresholds()).thresholds_style(c.threshold_lines())
+        .legend(c.legend(table=True, calcs=("max", "lastNotNull"))).tooltip(c.tooltip())
+        .links([c.dashboard_link(c.UID_BROKER_STATES, "Broker state timeline")])
+    )
+
+
+def epochs_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Cluster epoch and broker epochs")
+        .with_target(c.query(max_by(("cluster",), selector("epochwatch_cluster_metadata_epoch")),
+                             legend="{{cluster}} controller", ref_id="A"))
+        .with_target(c.query(max_by(("cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch")),
+                             legend=BROKER_LEGEND, ref_id="B"))
+        .datasource(c.datasource()).unit("none").decimals(0).span(12).height(8)
+        .line_interpolation(cm.LineInterpolation.STEP_AFTER)
+        .legend(c.legend()).tooltip(c.tooltip())
+    )
+
+
+def lag_now_bargauge() -> bargauge.Panel:
+    expr = f"sort_desc({max_by(('cluster', 'broker_id'), selector('epochwatch_broker_metadata_epoch_lag'))})"
+    return (
+        bargauge.Panel().title("Lag per broker now")
+        .with_target(c.query(expr, legend=BROKER_LEGEND, instant=True))
+        .datasource(c.datasource()).unit("none").decimals(0).min(0).span(12).height(8)
+        .thresholds(lag_thresholds()).color_scheme(c.threshold_colors())
+        .display_mode(cm.BarGaugeDisplayMode.GRADIENT).orientation(cm.VizOrientation.HORIZONTAL)
+        .reduce_options(c.last_value())
+    )
+
+
+def build():
+    return (
+        c.new_dashboard(UID, TITLE, "Per-broker metadata epoch lag behind the controller, with the cluster epoch.")
+        .with_row(c.row("Now"))
+        .with_panel(max_lag_stat())
+        .with_panel(lagging_brokers_stat())
+        .with_panel(lag_alerts_stat())
+        .with_panel(cluster_epoch_stat())
+        .with_row(c.row("Lag"))
+        .with_panel(lag_timeseries())
+        .with_panel(epochs_timeseries())
+        .with_panel(lag_now_bargauge())
+    )

@@ -1,0 +1,167 @@
+"""The monitor's own health: is the job up, are batches flowing, is anything piling up or dropped."""
+
+from __future__ import annotations
+
+from grafana_foundation_sdk.builders import stat, timeseries
+from grafana_foundation_sdk.models import common as cm
+
+from dashboards import common as c
+from dashboards.selectors import histogram_quantile, rate, selector, sum_by
+
+UID = c.UID_MONITOR
+TITLE = "epochwatch / Monitor health"
+# Seconds since the last finished micro-batch: the trigger is ~1 s, a batch 0 takes up to ~10 s.
+BATCH_AGE_WARNING, BATCH_AGE_CRITICAL = 60, 300
+
+
+def up_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Job up")
+        .with_target(c.query(f"min({selector('epochwatch_up')})"))
+        .datasource(c.datasource()).span(4).height(4).decimals(0)
+        .mappings(c.up_down_mappings()).no_value("DOWN (no data)")
+        .thresholds(c.thresholds(c.RED, (1, c.GREEN))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.NONE)
+    )
+
+
+def last_batch_age_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Last batch age")
+        .description("Time since the last micro-batch finished.")
+        .with_target(c.query(f"time() - max({selector('epochwatch_last_batch_timestamp_seconds')})"))
+        .datasource(c.datasource()).unit("s").decimals(0).span(4).height(4)
+        .thresholds(c.thresholds(c.GREEN, (BATCH_AGE_WARNING, c.ORANGE), (BATCH_AGE_CRITICAL, c.RED)))
+        .color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
+    )
+
+
+def source_lag_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Source lag")
+        .description("Records in Kafka not yet read by the job.")
+        .with_target(c.query(f"sum({selector('epochwatch_source_lag_records')})"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
+        .thresholds(c.thresholds(c.GREEN, (10_000, c.ORANGE), (1_000_000, c.RED))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.AREA)
+    )
+
+
+def state_rows_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("State rows")
+        .with_target(c.query(f"sum({selector('epochwatch_state_rows')})"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
+        .color_mode(cm.BigValueColorMode.NONE).graph_mode(cm.BigValueGraphMode.AREA)
+    )
+
+
+def alertmanager_backlog_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Alertmanager backlog")
+        .description("Alert notifications waiting to be delivered to Alertmanager.")
+        .with_target(c.query(f"sum({selector('epochwatch_alertmanager_backlog')})"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
+        .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE), (100, c.RED))).color_scheme(c.threshold_colors())
+        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
+    )
+
+
+def alerts_firing_stat() -> stat.Panel:
+    return (
+        stat.Panel().title("Alerts firing")
+        .with_target(c.query(f"sum({selector('epochwatch_alerts_firing')}) or vector(0)"))
+        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
+        .color_mode(cm.BigValueColorMode.NONE).graph_mode(cm.BigValueGraphMode.AREA)
+        .links([c.dashboard_link(c.UID_FLEET, "Fleet overview")])
+    )
+
+
+def throughput_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Input and processed rows per second")
+        .description("Processed below input for long means the job falls behind.")
+        .with_target(c.query(f"sum({selector('epochwatch_input_rows_per_second')})", legend="input", ref_id="A"))
+        .with_target(c.query(f"sum({selector('epochwatch_processed_rows_per_second')})", legend="processed", ref_id="B"))
+        .with_target(c.query(f"sum({rate('epochwatch_input_events_total')})", legend="input events (rate)", ref_id="C"))
+        .datasource(c.datasource()).unit("rowsps").min(0).span(12).height(8)
+        .legend(c.legend()).tooltip(c.tooltip())
+    )
+
+
+def batch_duration_timeseries() -> timeseries.Panel:
+    panel = timeseries.Panel().title("Micro-batch duration")
+    for ref_id, quantile in (("A", 0.5), ("B", 0.95), ("C", 0.99)):
+        panel = panel.with_target(c.query(
+            histogram_quantile(quantile, "epochwatch_batch_duration_seconds"), legend=f"p{round(quantile * 100)}", ref_id=ref_id))
+    return (
+        panel.datasource(c.datasource()).unit("s").min(0).span(12).height(8)
+        .thresholds(c.thresholds(c.GREEN, (10, c.ORANGE), (60, c.RED))).thresholds_style(c.threshold_lines())
+        .legend(c.legend()).tooltip(c.tooltip())
+    )
+
+
+def dead_letters_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Dead letters by reason")
+        .description("Malformed input records sent to the DLQ topic, per second, by decode failure reason.")
+        .with_target(c.query(sum_by(("reason",), rate("epochwatch_dead_letters_total")), legend="{{reason}}"))
+        .datasource(c.datasource()).unit("cps").min(0).span(12).height(8)
+        .stacking(c.stacked()).fill_opacity(40)
+        .legend(c.legend()).tooltip(c.tooltip())
+    )
+
+
+def late_events_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Late events")
+        .description("Events older than the watermark, per second: dropped by the stateful rules.")
+        .with_target(c.query(f"sum({rate('epochwatch_late_events_total')})", legend="late events"))
+        .datasource(c.datasource()).unit("cps").min(0).span(12).height(8)
+        .legend(c.legend()).tooltip(c.tooltip())
+    )
+
+
+def state_and_lag_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("State rows and source lag")
+        .with_target(c.query(f"sum({selector('epochwatch_state_rows')})", legend="state rows", ref_id="A"))
+        .with_target(c.query(f"sum({selector('epochwatch_source_lag_records')})", legend="source lag (records)", ref_id="B"))
+        .datasource(c.datasource()).unit("short").min(0).span(12).height(8)
+        .legend(c.legend()).tooltip(c.tooltip())
+    )
+
+
+def alertmanager_timeseries() -> timeseries.Panel:
+    return (
+        timeseries.Panel().title("Alertmanager delivery")
+        .with_target(c.query(f"sum({selector('epochwatch_alertmanager_backlog')})", legend="backlog", ref_id="A"))
+        .with_target(c.query(f"sum({rate('epochwatch_alertmanager_delivery_failures_total')})",
+                             legend="delivery failures / s", ref_id="B"))
+        .with_target(c.query(sum_by(("status",), rate("epochwatch_alert_transitions_total")),
+                             legend="alert transitions / s ({{status}})", ref_id="C"))
+        .datasource(c.datasource()).unit("short").min(0).span(12).height(8)
+        .legend(c.legend()).tooltip(c.tooltip())
+    )
+
+
+def build():
+    return (
+        c.new_dashboard(UID, TITLE, "Is the epochwatch job up, keeping up, and delivering alerts?")
+        .with_row(c.row("Now"))
+        .with_panel(up_stat())
+        .with_panel(last_batch_age_stat())
+        .with_panel(source_lag_stat())
+        .with_panel(state_rows_stat())
+        .with_panel(alertmanager_backlog_stat())
+        .with_panel(alerts_firing_stat())
+        .with_row(c.row("Throughput"))
+        .with_panel(throughput_timeseries())
+        .with_panel(batch_duration_timeseries())
+        .with_row(c.row("Losses and backlog"))
+        .with_panel(dead_letters_timeseries())
+        .with_panel(late_events_timeseries())
+        .with_panel(state_and_lag_timeseries())
+        .with_panel(alertmanager_timeseries())
+    )
