@@ -1,0 +1,154 @@
+"""The real Alertmanager / Prometheus binaries as test processes, and a loopback webhook receiver."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import requests
+import yaml
+
+from streaming.embedded import LOOPBACK, free_port
+from tests.helpers import wait_until
+
+REPO = Path(__file__).resolve().parents[3]
+ALERTMANAGER_BIN = os.environ.get("EPOCHWATCH_ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager")
+PROMETHEUS_BIN = os.environ.get("EPOCHWATCH_PROMETHEUS_BIN", "/usr/bin/prometheus")
+AMTOOL_BIN = os.environ.get("EPOCHWATCH_AMTOOL_BIN", "/usr/bin/amtool")
+PROMTOOL_BIN = os.environ.get("EPOCHWATCH_PROMTOOL_BIN", "/usr/bin/promtool")
+AM_TEMPLATE = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+AM_RENDER = REPO / "deploy" / "alertmanager" / "render.py"
+PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
+
+
+@dataclass
+class ServiceProcess:
+    """A binary listening on 127.0.0.1:port; ready when GET ready_path answers 200."""
+
+    name: str
+    argv: list[str]
+    port: int
+    log_path: Path
+    ready_path: str = "/-/ready"
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> "ServiceProcess":
+        log = open(self.log_path, "ab")
+        self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        wait_until(self._ready, timeout_s=timeout_s, what=f"{self.name} ready on {self.url} (log: {self.log_path})")
+        return self
+
+    def _ready(self) -> bool:
+        if self._proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self._proc.returncode}: {self.log_path.read_text()[-2000:]}")
+        try:
+            return requests.get(self.url + self.ready_path, timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self._proc is None:
+            return
+        self._proc.send_signal(sig)
+        try:
+            self._proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+
+class WebhookReceiver:
+    """Records every notification Alertmanager POSTs, by URL path (/pager, /team)."""
+
+    def __init__(self):
+        self.notifications: list[tuple[str, dict]] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                with receiver._lock:
+                    receiver.notifications.append((self.path, body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://{LOOPBACK}:{self._server.server_port}{path}"
+
+    def alerts(self, path: str) -> list[tuple[str, dict]]:
+        """(status, labels) of every alert notified on path, in order."""
+        with self._lock:
+            return [(a["status"], a["labels"]) for p, body in self.notifications if p == path for a in body["alerts"]]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def render_alertmanager_config(out: Path, webhook: WebhookReceiver, *, fast: bool = True) -> Path:
+    """deploy/alertmanager/alertmanager.yml rendered by its own script, webhooks on the test receiver.
+
+    ``fast`` shortens group_wait / group_interval so notifications arrive within a test.
+    """
+    env = {**os.environ, "EPOCHWATCH_TEAM_WEBHOOK_URL": webhook.url("/team")}
+    secret = out.with_name("pager-url")
+    secret.write_text(webhook.url("/pager") + "\n")            # the pager URL comes from a secret file
+    env["EPOCHWATCH_PAGER_WEBHOOK_URL_FILE"] = str(secret)
+    env.pop("EPOCHWATCH_PAGER_WEBHOOK_URL", None)
+    subprocess.run(["python3", str(AM_RENDER), "--out", str(out)], env=env, check=True, capture_output=True)
+    if fast:
+        config = yaml.safe_load(out.read_text())
+        for route in [config["route"], *config["route"].get("routes", [])]:
+            route.update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+        out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
+def alertmanager_process(workdir: Path, config: Path, port: int | None = None) -> ServiceProcess:
+    port = port or free_port()
+    storage = workdir / "am-data"
+    storage.mkdir(exist_ok=True)
+    return ServiceProcess("alertmanager", [
+        ALERTMANAGER_BIN, f"--config.file={config}", f"--storage.path={storage}",
+        f"--web.listen-address={LOOPBACK}:{port}", "--cluster.listen-address=",
+    ], port, workdir / "alertmanager.log")
+
+
+def prometheus_config_for_test(out: Path, metrics_port: int) -> Path:
+    """deploy/prometheus/prometheus.yml with 1 s intervals, scraping the test's metrics server."""
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    config["global"].update(scrape_interval="1s", evaluation_interval="1s")
+    config["rule_files"] = [str(PROMETHEUS_CONFIG.parent / pattern) for pattern in config["rule_files"]]
+    config.pop("alerting", None)
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "epochwatch"]
+    job["static_configs"] = [{"targets": [f"{LOOPBACK}:{metrics_port}"]}]
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
+def prometheus_process(workdir: Path, config: Path) -> ServiceProcess:
+    port = free_port()
+    return ServiceProcess("prometheus", [
+        PROMETHEUS_BIN, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address={LOOPBACK}:{port}",
+    ], port, workdir / "prometheus.log")

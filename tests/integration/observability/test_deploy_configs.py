@@ -1,0 +1,73 @@
+"""deploy/alertmanager and deploy/prometheus checked by the real amtool / promtool."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from tests.integration.observability.services import (
+    AM_RENDER, AM_TEMPLATE, AMTOOL_BIN, PROMETHEUS_CONFIG, PROMTOOL_BIN, WebhookReceiver, render_alertmanager_config,
+)
+
+pytestmark = pytest.mark.integration
+PROMETHEUS_DIR = PROMETHEUS_CONFIG.parent
+
+
+def run(*argv, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def rendered(tmp_path):
+    receiver = WebhookReceiver()
+    yield render_alertmanager_config(tmp_path / "alertmanager.yml", receiver, fast=False)
+    receiver.close()
+
+
+def test_rendered_alertmanager_config_is_valid(rendered):
+    result = run(AMTOOL_BIN, "check-config", rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 inhibit rules" in result.stdout and "2 receivers" in result.stdout
+
+
+ROUTES = [
+    (1, "critical pages", {"severity": "critical", "alertname": "ClusterSilent", "cluster": "c1"}, "pager"),
+    (2, "warning goes to the team channel", {"severity": "warning", "alertname": "BrokerHeartbeatTimeout"}, "team"),
+    (3, "info goes to the team channel", {"severity": "info", "alertname": "BrokerRestarted"}, "team"),
+    (4, "no severity label: the default (team), never the pager", {"alertname": "Whatever"}, "team"),
+]
+
+
+@pytest.mark.parametrize("num, why, labels, receiver", ROUTES)
+def test_routing(rendered, num, why, labels, receiver):
+    result = run(AMTOOL_BIN, "config", "routes", "test", f"--config.file={rendered}",
+                 *(f"{k}={v}" for k, v in labels.items()))
+    assert result.stdout.strip() == receiver, f"case {num}: {why}: {result.stdout}{result.stderr}"
+
+
+def test_template_needs_the_webhook_urls(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHWATCH_")}
+    result = run("python3", AM_RENDER, "--out", tmp_path / "am.yml", env=env)
+    assert result.returncode == 2
+    assert "EPOCHWATCH_PAGER_WEBHOOK_URL is not set" in result.stderr and "_FILE" in result.stderr
+    bad = {**env, "EPOCHWATCH_PAGER_WEBHOOK_URL": "pager.example/hook", "EPOCHWATCH_TEAM_WEBHOOK_URL": "https://t/x"}
+    result = run("python3", AM_RENDER, env=bad)
+    assert result.returncode == 2 and "not an http(s) URL" in result.stderr
+    # the unrendered template is not a usable config: nothing can start with placeholder URLs
+    assert run(AMTOOL_BIN, "check-config", AM_TEMPLATE).returncode != 0
+
+
+def test_prometheus_config_and_rules_are_valid():
+    config = run(PROMTOOL_BIN, "check", "config", PROMETHEUS_DIR / "prometheus.yml")
+    assert config.returncode == 0, config.stdout + config.stderr
+    assert "1 rule files found" in config.stdout
+    rules = run(PROMTOOL_BIN, "check", "rules", *sorted((PROMETHEUS_DIR / "rules").glob("*.yml")))
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+
+
+def test_meta_alert_rule_unit_tests():
+    result = run(PROMTOOL_BIN, "test", "rules", *sorted((PROMETHEUS_DIR / "tests").glob("*.test.yml")))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
