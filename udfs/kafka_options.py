@@ -1,0 +1,219 @@
+"""Options of the Kafka data sources, parsed once into frozen objects.
+
+Spark hands options over as a case-insensitive dict of strings; names follow Spark's Kafka
+connector (``kafka.bootstrap.servers``, ``subscribe``, ``startingOffsets``, ...). Every
+``kafka.*`` option is passed to librdkafka without the prefix (SASL/SSL included). Errors name
+the option and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from udfs.offsets import OffsetSpecError, StartingOffsets, TopicPartition
+
+DECODE_MODES = ("none", "avro", "avro-schemaless")
+KAFKA_PREFIX = "kafka."
+REGISTRY_PREFIX = "schema.registry."
+
+# librdkafka settings the source controls itself, with the option to use instead.
+_SOURCE_OWNED_KAFKA_SETTINGS = {
+    "auto.offset.reset": "use the startingOffsets option",
+    "enable.auto.commit": "the source keeps offsets in Spark's checkpoint and never commits them",
+    "enable.auto.offset.store": "the source keeps offsets in Spark's checkpoint and never commits them",
+}
+
+
+class OptionError(ValueError):
+    """A bad data source option: ``option`` is its name, the message says how to fix it."""
+
+    def __init__(self, option: str, problem: str, fix: str):
+        super().__init__(f"option '{option}': {problem}. Fix: {fix}")
+        self.option, self.problem, self.fix = option, problem, fix
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def client_settings(options: Mapping[str, str], owned: Mapping[str, str] = {}) -> dict[str, str]:
+    """librdkafka settings from the ``kafka.*`` options (prefix removed)."""
+    settings = {}
+    for key, value in _lower(options).items():
+        if not key.startswith(KAFKA_PREFIX):
+            continue
+        name = key[len(KAFKA_PREFIX):]
+        if name in owned:
+            raise OptionError(key, "is set by the data source itself", owned[name])
+        settings[name] = value
+    if not settings.get("bootstrap.servers"):
+        raise OptionError("kafka.bootstrap.servers", "is missing",
+                          'pass .option("kafka.bootstrap.servers", "host1:9092,host2:9092")')
+    return settings
+
+
+# Consumer-only librdkafka settings: an admin client or producer would warn about each of them.
+_CONSUMER_ONLY = ("isolation.level", "group.", "fetch.", "max.partition.fetch.bytes", "queued.",
+                  "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
+                  "partition.assignment.strategy", "check.crcs", "enable.partition.eof")
+
+
+def shared_settings(client: Mapping[str, str]) -> dict[str, str]:
+    """The settings of ``client`` that apply to admin clients and producers too (connection,
+    security): consumer-only ones are left out."""
+    return {k: v for k, v in client.items() if not k.startswith(_CONSUMER_ONLY)}
+
+
+def registry_settings(options: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
+    """(url, client conf) of the Schema Registry from ``schema.registry.*`` options."""
+    url, conf = None, {}
+    for key, value in _lower(options).items():
+        if key == "schema.registry.url":
+            url = value
+        elif key.startswith(REGISTRY_PREFIX):
+            conf[key[len(REGISTRY_PREFIX):]] = value
+    return url, conf
+
+
+def positive_int(options: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+    raw = _lower(options).get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(name, f"{raw!r} is not a whole number", f"pass a positive integer, e.g. {default or 100000}") from None
+    if value <= 0:
+        raise OptionError(name, f"{value} is not positive", "pass a number above 0, or leave the option out")
+    return value
+
+
+def boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _lower(options).get(name.lower())
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise OptionError(name, f"{raw!r} is not a boolean", "pass true or false")
+
+
+def check_known(options: Mapping[str, str], known: tuple[str, ...], source: str) -> None:
+    """Reject misspelt options (Spark would silently ignore them)."""
+    by_lower = {k.lower(): k for k in known}
+    for key in _lower(options):
+        if key.startswith((KAFKA_PREFIX, REGISTRY_PREFIX)) or key in by_lower or key == "path":
+            continue
+        close = difflib.get_close_matches(key, list(by_lower), n=1, cutoff=0.6)
+        hint = f"did you mean '{by_lower[close[0]]}'?" if close else f"{source} knows {', '.join(known)} and kafka.*"
+        raise OptionError(key, "is not an option of " + source, hint)
+
+
+SOURCE_OPTIONS = (
+    "subscribe", "subscribePattern", "assign", "startingOffsets", "maxOffsetsPerTrigger",
+    "minPartitions", "failOnDataLoss", "decode", "deadLetterTopic", "kafkaConsumer.pollTimeoutMs",
+    "arrowBatchSize",
+)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    client: Mapping[str, str]
+    subscribe: tuple[str, ...] = ()
+    subscribe_pattern: str | None = None
+    assign: tuple[TopicPartition, ...] = ()
+    starting_offsets: StartingOffsets = field(default_factory=lambda: StartingOffsets("latest"))
+    max_offsets_per_trigger: int | None = None
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    decode: str = "none"
+    registry_url: str | None = None
+    registry_client: Mapping[str, str] = field(default_factory=dict)
+    dead_letter_topic: str | None = None
+    poll_timeout_ms: int = 120_000
+    arrow_batch_size: int = 20_000
+
+    @property
+    def decoded(self) -> bool:
+        return self.decode != "none"
+
+    def matches(self, topic: str) -> bool:
+        """Whether a topic belongs to the subscription (pattern: the whole name must match)."""
+        if self.subscribe_pattern is not None:
+            return re.fullmatch(self.subscribe_pattern, topic) is not None
+        if self.assign:
+            return any(t == topic for t, _ in self.assign)
+        return topic in self.subscribe
+
+
+def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
+    check_known(options, SOURCE_OPTIONS, "the epochwatch-kafka source")
+    lowered = _lower(options)
+    chosen = [name for name in ("subscribe", "subscribePattern", "assign") if name.lower() in lowered]
+    if len(chosen) != 1:
+        raise OptionError("subscribe", f"{'none' if not chosen else ' and '.join(chosen)} given",
+                          "pass exactly one of subscribe (topic1,topic2), subscribePattern (a regex) "
+                          'or assign ({"topic": [0, 1]})')
+    subscribe: tuple[str, ...] = ()
+    pattern = None
+    assign: tuple[TopicPartition, ...] = ()
+    if "subscribe" in lowered:
+        subscribe = tuple(t.strip() for t in lowered["subscribe"].split(",") if t.strip())
+        if not subscribe:
+            raise OptionError("subscribe", "is empty", "list topic names separated by commas")
+    elif "subscribepattern" in lowered:
+        pattern = lowered["subscribepattern"]
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError("subscribePattern", f"{pattern!r} is not a valid regex ({exc})",
+                              "write a Python regular expression, e.g. epochwatch\\..*") from None
+    else:
+        assign = _parse_assign(lowered["assign"])
+    try:
+        starting = StartingOffsets.parse(lowered.get("startingoffsets", "latest"))
+    except OffsetSpecError as exc:
+        raise OptionError("startingOffsets", exc.problem, exc.fix) from None
+    decode = lowered.get("decode", "none").strip().lower()
+    if decode not in DECODE_MODES:
+        raise OptionError("decode", f"{decode!r} is not supported", f"use one of {', '.join(DECODE_MODES)}")
+    registry_url, registry_client = registry_settings(options)
+    if registry_url and decode != "avro":
+        raise OptionError("schema.registry.url", f"only applies with decode=avro (decode is {decode})",
+                          "set decode=avro, or drop schema.registry.url")
+    dead_letter_topic = lowered.get("deadlettertopic", "").strip() or None
+    if dead_letter_topic and not decode.startswith("avro"):
+        raise OptionError("deadLetterTopic", "only applies when records are decoded",
+                          "set decode=avro or decode=avro-schemaless, or drop deadLetterTopic")
+    return SourceOptions(
+        client=client_settings(options, _SOURCE_OWNED_KAFKA_SETTINGS),
+        subscribe=subscribe,
+        subscribe_pattern=pattern,
+        assign=assign,
+        starting_offsets=starting,
+        max_offsets_per_trigger=positive_int(options, "maxOffsetsPerTrigger"),
+        min_partitions=positive_int(options, "minPartitions"),
+        fail_on_data_loss=boolean(options, "failOnDataLoss", True),
+        decode=decode,
+        registry_url=registry_url,
+        registry_client=registry_client,
+        dead_letter_topic=dead_letter_topic,
+        poll_timeout_ms=positive_int(options, "kafkaConsumer.pollTimeoutMs", 120_000),
+        arrow_batch_size=positive_int(options, "arrowBatchSize", 20_000),
+    )
+
+
+def _parse_assign(text: str) -> tuple[TopicPartition, ...]:
+    import json
+
+    try:
+        doc = json.loads(text)
+        pairs = tuple(sorted((str(t), int(p)) for t, parts in doc.items() for p in parts))
+    except (ValueError, TypeError, AttributeError):
+        raise OptionError("assign", f"{text!r} is not a JSON object of topic -> partition list",
+                          'write it as {"topicA": [0, 1], "topicB": [2]}') from None
+    if not pairs:
+        raise OptionError("assign", "lists no partitions", 'write it as {"topicA": [0, 1]}')
+    return pairs

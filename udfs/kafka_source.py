@@ -1,0 +1,195 @@
+"""``spark.readStream.format("epochwatch-kafka")``: Kafka as a Spark Python streaming data source.
+
+Options follow Spark's Kafka connector (which needs a jar this deployment cannot install):
+
+    kafka.bootstrap.servers   required; every other kafka.* option goes to librdkafka (SASL, SSL...)
+    subscribe | subscribePattern | assign   topics "a,b" | a regex | {"topic": [0, 1]}
+    startingOffsets           latest (default) | earliest | {"topic": {"0": 23, "1": -2}}  (-2/-1)
+    maxOffsetsPerTrigger      at most N records per micro-batch (shared by backlog)
+    minPartitions             split big offset ranges into more Spark partitions
+    failOnDataLoss            true (default): fail when offsets were deleted or reset;
+                              false: log and continue from the earliest available offset
+    decode                    none (Spark's Kafka columns) | avro (Confluent wire format, built-in
+                              catalog or schema.registry.url) | avro-schemaless (event_type header)
+    deadLetterTopic           with decode: produce malformed records there instead of emitting rows
+    kafkaConsumer.pollTimeoutMs, arrowBatchSize   fetch deadline per range, rows per Arrow batch
+
+Offsets are ``{"topic": {"partition": next_offset}}`` kept in Spark's checkpoint: a restarted
+query continues exactly after the last committed batch. New partitions, and new topics matching
+subscribePattern, are read from their earliest offset. Offsets are never committed to Kafka.
+
+Known limit: the Python data source API does not expose the checkpoint directory, so a query
+that stops before its first batch commits re-resolves ``startingOffsets`` on restart (Spark's
+own Kafka source stores them under ``sources/0``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from functools import cache
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
+                                              SupportsTriggerAvailableNow)
+
+from udfs import event_columns
+from udfs.kafka_options import SourceOptions, parse_source_options
+from udfs.offsets import (DataLoss, OffsetRange, admit, cap_at, from_json_dict, plan_ranges,
+                          resolve_starting, split_ranges, to_json_dict)
+
+log = logging.getLogger("epochwatch.kafka_source")
+
+
+class KafkaRangePartition(InputPartition):
+    """One Spark partition: records [start, end) of one Kafka partition."""
+
+    def __init__(self, span: OffsetRange):
+        super().__init__(span)
+        self.span = span
+
+
+class KafkaEventSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "epochwatch-kafka"
+
+    def schema(self):
+        return event_columns.spark_schema(parse_source_options(self.options).decoded)
+
+    def streamReader(self, schema) -> "KafkaStreamReader":
+        return KafkaStreamReader(parse_source_options(self.options))
+
+
+def report_data_loss(losses: list[DataLoss], fail: bool) -> None:
+    if not losses:
+        return
+    if fail:
+        from udfs.partition_reader import DataLossError
+
+        raise DataLossError("; ".join(map(str, losses)) + ". Fix: set failOnDataLoss=false to continue from "
+                            "the earliest available offsets, or start a new checkpoint")
+    for loss in losses:
+        log.warning("data loss (failOnDataLoss=false, continuing from the earliest offset): %s", loss)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self._broker_offsets = None
+        self._available_now_target: dict | None = None
+        self._latest_seen: dict | None = None
+
+    def __getstate__(self):  # shipped to executors: without the driver's admin client
+        state = dict(self.__dict__)
+        state["_broker_offsets"] = None
+        return state
+
+    def _broker(self):
+        if self._broker_offsets is None:
+            from udfs.broker_offsets import BrokerOffsets
+
+            self._broker_offsets = BrokerOffsets(self.options)
+        return self._broker_offsets
+
+    # --- driver side ---------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        broker = self._broker()
+        partitions = broker.partitions()
+        start, losses = resolve_starting(self.options.starting_offsets, partitions,
+                                         broker.earliest(partitions), broker.latest(partitions))
+        report_data_loss(losses, self.options.fail_on_data_loss)
+        return to_json_dict(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        broker = self._broker()
+        self._available_now_target = broker.latest(broker.partitions())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        broker = self._broker()
+        begin = from_json_dict(start)
+        partitions = broker.partitions()
+        latest = broker.latest(partitions)
+        if self._available_now_target is not None:
+            latest = cap_at(latest, self._available_now_target)
+        self._latest_seen = latest
+        new = [tp for tp in latest if tp not in begin]
+        current = {tp: offset for tp, offset in begin.items() if tp in latest}
+        current.update(broker.earliest(new))
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else None
+        return to_json_dict(admit(current, latest, max_rows=max_rows, min_rows=min_rows))
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest_seen is None else to_json_dict(self._latest_seen)
+
+    def partitions(self, start: dict, end: dict) -> list[KafkaRangePartition]:
+        begin, until = from_json_dict(start), from_json_dict(end)
+        earliest = self._broker().earliest(until)
+        ranges, losses = plan_ranges(begin, until, earliest)
+        report_data_loss(losses, self.options.fail_on_data_loss)
+        return [KafkaRangePartition(span) for span in split_ranges(ranges, self.options.min_partitions)]
+
+    def commit(self, end: dict) -> None:
+        """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
+
+    def stop(self) -> None:
+        if self._broker_offsets is not None:
+            self._broker_offsets.close()
+
+    # --- executor side -------------------------------------------------------------------
+
+    def read(self, partition: KafkaRangePartition):
+        from udfs import record_batches
+        from udfs.partition_reader import fetch_range
+
+        options = self.options
+        span = partition.span
+        chunks = fetch_range(options.client, span, chunk_size=options.arrow_batch_size,
+                             poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss)
+        if not options.decoded:
+            for messages in chunks:
+                yield record_batches.raw_batch(messages)
+            return
+        if options.decode == "avro":
+            catalog = _registry_catalog(options.registry_url, tuple(sorted(options.registry_client.items())),
+                                        span.topic) if options.registry_url else None
+            decode_message = record_batches.confluent_decoder(catalog)
+        else:
+            decode_message = record_batches.schemaless_decoder()
+        publisher = _dead_letter_publisher(options) if options.dead_letter_topic else None
+        for messages in chunks:
+            batch, dead = record_batches.decoded_batch(messages, decode_message,
+                                                       keep_dead_letters_as_rows=publisher is None)
+            if publisher is not None and dead:
+                publisher.add(dead)
+            if batch is not None:
+                yield batch
+        if publisher is not None:
+            counts: Counter = publisher.flush()
+            if counts:
+                from udfs.dead_letters import summary_line
+
+                log.warning(summary_line(counts, f"{span.topic}-{span.partition}[{span.start},{span.end})",
+                                         options.dead_letter_topic))
+
+
+@cache
+def _registry_catalog(url: str, settings: tuple, topic: str):
+    from udfs.avro_codec import RegistryCatalog
+
+    return RegistryCatalog(url, topic, dict(settings))
+
+
+def _dead_letter_publisher(options: SourceOptions):
+    from udfs.dead_letters import DeadLetterPublisher
+
+    from udfs.kafka_options import shared_settings
+
+    return DeadLetterPublisher(shared_settings(options.client), options.dead_letter_topic)
