@@ -7,15 +7,9 @@ the ``cluster`` variable and the navigation look the same everywhere.
 from __future__ import annotations
 
 import json
-import warnings
-
-with warnings.catch_warnings():
-    # builders.dashboard warns at import that the v2 schema exists; v1 is what Grafana
-    # provisioning and /api/dashboards/db accept today.
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from grafana_foundation_sdk.builders import dashboard as dash
 
 from grafana_foundation_sdk.builders import common as viz
+from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import prometheus
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
