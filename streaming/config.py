@@ -66,6 +66,8 @@ class RuleSettings:
     storm_min_clients: int = field(default=5, metadata=_alias("connection.storm.min.clients"))
     stale_incident_quiet_ms: int = field(default=60_000, metadata=_alias("stale.metadata.quiet.ms"))
     entity_expiry_ms: int = field(default=3_600_000, metadata=_alias("state.entity.expiry.ms"))
+    allowed_lateness_ms: int = field(default=2000, metadata=_alias("event.allowed.lateness.ms"))
+    max_future_ms: int = field(default=300_000, metadata=_alias("event.max.future.ms"))
     client_shards: int = field(default=16, metadata=_alias("state.client.shards"))
 
 

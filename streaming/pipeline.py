@@ -1,0 +1,34 @@
+"""Query wiring: decoded events -> routes -> transformWithState -> output rows. A few lines on
+purpose: the logic is in streaming.engine, the state layout in streaming.processor."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from streaming.config import RuleSettings
+from streaming.processor import EpochwatchProcessor
+from streaming.routing import with_routes
+from streaming.state_schema import OUTPUT_SCHEMA
+from udfs.event_columns import DEAD_LETTER_COLUMNS, KAFKA_COLUMNS, decoded_column_names
+
+EVENT_TIME = "EventTime"          # replay and demo: deterministic on event time
+PROCESSING_TIME = "ProcessingTime"  # the live job: timers fire on a quiet stream too
+
+
+def detect(events: DataFrame, rules: RuleSettings, time_mode: str) -> DataFrame:
+    if time_mode not in (EVENT_TIME, PROCESSING_TIME):
+        raise ValueError(f"time_mode must be {EVENT_TIME} or {PROCESSING_TIME}, not {time_mode!r}")
+    routed = with_routes(events, rules.client_shards, rules.max_future_ms)
+    if time_mode == EVENT_TIME:
+        routed = routed.withWatermark("event_time", f"{rules.allowed_lateness_ms} milliseconds")
+    columns = [*decoded_column_names(), *KAFKA_COLUMNS, *DEAD_LETTER_COLUMNS, "event_ms", "kind", "shard"]
+    present = [c for c in dict.fromkeys(columns) if c in routed.columns]
+    return (routed.select(*present)
+            .groupBy(F.col("cluster_id"), F.col("kind"), F.col("shard"))
+            .transformWithStateInPandas(
+                statefulProcessor=EpochwatchProcessor(rules, time_mode, rules.allowed_lateness_ms),
+                outputStructType=OUTPUT_SCHEMA,
+                outputMode="Append",
+                timeMode=time_mode,
+            ))

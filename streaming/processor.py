@@ -1,0 +1,208 @@
+"""EpochwatchProcessor: the transformWithState adapter over streaming.engine.
+
+It declares every state variable once in ``init``, turns input rows into event dicts, asks the
+engine for one step, stores the state back and registers one timer for the next deadline.
+No rule logic lives here. Grouping key: (cluster_id, kind, shard) -- see streaming.routing.
+
+Time: in EventTime mode (replay, demo) the horizon is the watermark (or this key's newest event
+minus the allowed lateness, which the watermark's promise makes equally safe). In ProcessingTime
+mode (the live job) the horizon is wall-clock time minus how far this key's events trail it
+(clamped to the allowed lateness), so a cluster that goes silent is still noticed by a timer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+
+from streaming.alerts import AlertTracker
+from streaming.config import RuleSettings
+from streaming.engine import KeyEngine
+from streaming.rules import records
+from streaming.state_schema import ALERT_SCHEMA, BUFFER_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA, schema_of
+
+OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
+# ListState variables holding one row per entity, by key kind
+ENTITY_STATE = {"brokers": ("brokers", records.BrokerRecord), "clients": ("clients", records.ClientRecord),
+                "nodes": ("nodes", records.NodeRecord), "commits": ("commits", records.CommitRecord)}
+ENTITY_ID = {"brokers": lambda r: r.broker_id, "clients": lambda r: r.client_id, "nodes": lambda r: r.node_id,
+             "commits": lambda r: (r.group_id, r.topic, r.partition)}
+DEAD_LETTER_KIND = "dead_letter"
+
+
+class EpochwatchProcessor(StatefulProcessor):
+    def __init__(self, settings: RuleSettings, time_mode: str, lateness_ms: int):
+        self.settings = settings
+        self.event_time_mode = time_mode.lower() == "eventtime"
+        self.lateness_ms = lateness_ms
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.meta = handle.getValueState("meta", META_SCHEMA)
+        self.cluster = handle.getValueState("cluster", schema_of(records.ClusterRecord))
+        self.alerts = handle.getListState("alerts", ALERT_SCHEMA)
+        self.buffer = handle.getListState("buffer", BUFFER_SCHEMA)
+        self.entities = {name: handle.getListState(name, schema_of(cls)) for name, cls in ENTITY_STATE.values()}
+
+    # --- Spark entry points ---------------------------------------------------------------------
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
+        cluster_id, kind, shard = key
+        frames = list(rows)
+        if kind == DEAD_LETTER_KIND:
+            yield _frame([_dead_letter_row(r) for pdf in frames for r in _records(pdf)])
+            return
+        events = [ev for pdf in frames for ev in _records(pdf)]
+        yield self._step(cluster_id, kind, int(shard), events, timerValues)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
+        cluster_id, kind, shard = key
+        yield self._step(cluster_id, kind, int(shard), [], timerValues)
+
+    def close(self) -> None:
+        pass
+
+    # --- one step -------------------------------------------------------------------------------
+
+    def _step(self, cluster_id: str, kind: str, shard: int, events: list[dict], timerValues) -> pd.DataFrame:
+        engine = self._load(cluster_id, kind, shard)
+        horizon_prev, offset, timer_ms = self.meta.get() or (records.NO_TIME, 0, records.NO_TIME)
+        newest = max((ev["event_time"] for ev in events), default=None)
+        if self.event_time_mode:
+            horizon = timerValues.getCurrentWatermarkInMs()
+            if newest is not None:
+                horizon = max(horizon, newest - self.lateness_ms)
+        else:
+            now = timerValues.getCurrentProcessingTimeInMs()
+            if newest is not None:
+                offset = min(max(now - newest, 0), self.lateness_ms)
+            horizon = now - offset
+        result = engine.step(events, horizon)
+        self._store(engine, kind)
+        timer_ms = self._schedule(result.deadline, offset, timer_ms)
+        self.meta.update((engine.horizon, offset, timer_ms))
+        return _frame(_output_rows(cluster_id, engine.horizon, result))
+
+    def _schedule(self, deadline: int | None, offset: int, current: int) -> int:
+        wanted = records.NO_TIME if deadline is None else (deadline if self.event_time_mode else deadline + offset)
+        if wanted == current:
+            return current
+        if current != records.NO_TIME:
+            self.handle.deleteTimer(current)
+        if wanted != records.NO_TIME:
+            self.handle.registerTimer(wanted)
+        return wanted
+
+    def _load(self, cluster_id: str, kind: str, shard: int) -> KeyEngine:
+        engine = KeyEngine.new(kind, cluster_id, shard, self.settings)
+        name, cls = ENTITY_STATE[kind]
+        table, ident = engine.table, ENTITY_ID[kind]
+        store = getattr(table, name)
+        for row in self.entities[name].get():
+            rec = records.from_row(cls, row)
+            store[ident(rec)] = rec
+        if kind == "brokers":
+            row = self.cluster.get()
+            if row is not None:
+                table.cluster = records.from_row(records.ClusterRecord, row)
+        engine.tracker = AlertTracker.from_rows(cluster_id, self.settings, self.alerts.get())
+        engine.buffer = [json.loads(r[0]) for r in self.buffer.get()]
+        meta = self.meta.get()
+        engine.horizon = meta[0] if meta else records.NO_TIME
+        return engine
+
+    def _store(self, engine: KeyEngine, kind: str) -> None:
+        name, _ = ENTITY_STATE[kind]
+        rows = [records.to_row(r) for r in getattr(engine.table, name).values()]
+        _put(self.entities[name], rows)
+        if kind == "brokers":
+            self.cluster.update(records.to_row(engine.table.cluster))
+        _put(self.alerts, engine.tracker.to_rows())
+        _put(self.buffer, [(json.dumps(ev, separators=(",", ":")),) for ev in engine.buffer])
+
+
+def _put(state, rows: list[tuple]) -> None:
+    if rows:
+        state.put(rows)
+    else:
+        state.clear()
+
+
+# --- rows in and out ------------------------------------------------------------------------
+
+def _records(pdf: pd.DataFrame) -> list[dict]:
+    """Rows of one input frame as dicts, with real None for nulls (pandas turns nullable ints into
+    floats with NaN) and ``event_time`` as integer milliseconds."""
+    if pdf.empty:
+        return []
+    columns = {}
+    for name in pdf.columns:
+        series = pdf[name]
+        if series.dtype.kind == "f":
+            arr = series.to_numpy()
+            nan = np.isnan(arr)
+            values = np.where(nan, 0, arr).astype("int64").tolist()
+            for i in np.flatnonzero(nan).tolist():
+                values[i] = None
+        elif series.dtype.kind == "M":
+            values = [None if v is None or v is pd.NaT else int(v.value // 1_000_000) for v in series]
+        else:
+            values = [None if (v is None or (isinstance(v, float) and math.isnan(v))) else v
+                      for v in series.tolist()]
+        columns[name] = values
+    if "event_ms" in columns:
+        columns["event_time"] = columns.pop("event_ms")
+    names = list(columns)
+    return [dict(zip(names, row)) for row in zip(*columns.values())]
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=OUTPUT_COLUMNS) if rows else pd.DataFrame(
+        {c: pd.Series(dtype="object") for c in OUTPUT_COLUMNS}).astype({"event_time": "int64"})
+
+
+def _json(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def _output_rows(cluster_id: str, now: int, result) -> list[dict]:
+    rows = [{"kind": "alert", "cluster_id": cluster_id, "event_time": a["event_time"], "payload": _json(a)}
+            for a in result.alerts]
+    rows += [{"kind": "transition", "cluster_id": cluster_id, "event_time": t["at_ms"], "payload": _json(t)}
+             for t in result.transitions]
+    rows += [{"kind": "broker_status", "cluster_id": cluster_id, "event_time": now, "payload": _json(s)}
+             for s in result.status]
+    rows += [{"kind": "summary", "cluster_id": cluster_id, "event_time": now, "payload": _json(s)}
+             for s in result.summaries]
+    for ev, reason in result.invalid:
+        rows.append({"kind": DEAD_LETTER_KIND, "cluster_id": cluster_id, "event_time": ev["event_time"],
+                     "payload": _json({"reason": "invalid_event", "detail": reason, **_coordinates(ev)}),
+                     "raw_value": _json(_event_fields(ev)).encode()})
+    return rows
+
+
+def _coordinates(row: dict) -> dict:
+    return {k: row.get(k) for k in ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")}
+
+
+def _dead_letter_row(row: dict) -> dict:
+    payload = {"reason": row.get("dlq_reason") or "undecodable", "detail": row.get("dlq_detail") or "",
+               **_coordinates(row)}
+    raw_value = row.get("raw_value")
+    if raw_value is None and row.get("event_type"):  # decoded fine, rejected later (e.g. future time)
+        raw_value = _json(_event_fields(row)).encode()
+    return {"kind": DEAD_LETTER_KIND, "cluster_id": row.get("cluster_id") or "", "event_time": row.get("event_time") or 0,
+            "payload": _json(payload), "raw_key": row.get("raw_key"), "raw_value": raw_value}
+
+
+def _event_fields(row: dict) -> dict:
+    return {k: v for k, v in row.items() if v is not None and k not in _NOT_EVENT_FIELDS
+            and not k.startswith(("kafka_", "dlq_", "raw_"))}
+
+
+_NOT_EVENT_FIELDS = frozenset({"kind", "shard"})

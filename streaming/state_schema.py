@@ -1,0 +1,50 @@
+"""Spark schemas of the processor's state variables, derived from the rule records' type hints,
+so the state declared in ``init`` and the dataclasses cannot drift apart."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import fields
+
+from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, LongType, StringType, StructField,
+                               StructType)
+
+_SCALARS = {int: LongType(), str: StringType(), bool: BooleanType()}
+
+
+def _spark_type(hint):
+    origin = typing.get_origin(hint)
+    if origin is list:
+        (inner,) = typing.get_args(hint)
+        return ArrayType(_SCALARS[inner], containsNull=False)
+    return _SCALARS[hint]
+
+
+def schema_of(record_cls) -> StructType:
+    hints = typing.get_type_hints(record_cls)
+    return StructType([StructField(f.name, _spark_type(hints[f.name]), True) for f in fields(record_cls)])
+
+
+META_SCHEMA = StructType([
+    StructField("horizon_ms", LongType()),
+    StructField("clock_offset_ms", LongType()),
+    StructField("timer_ms", LongType()),
+])
+ALERT_SCHEMA = StructType([
+    StructField("alertname", StringType()),
+    StructField("labels_json", StringType()),
+    StructField("since_ms", LongType()),
+    StructField("firing", BooleanType()),
+    StructField("description", StringType()),
+])
+BUFFER_SCHEMA = StructType([StructField("event_json", StringType())])
+
+# One output row per alert transition, broker transition, status row, summary or dead letter.
+OUTPUT_SCHEMA = StructType([
+    StructField("kind", StringType()),        # alert | transition | broker_status | summary | dead_letter
+    StructField("cluster_id", StringType()),
+    StructField("event_time", LongType()),
+    StructField("payload", StringType()),     # JSON of the record
+    StructField("raw_key", BinaryType()),     # dead letters: the record's bytes, as received
+    StructField("raw_value", BinaryType()),
+])
