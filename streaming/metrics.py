@@ -58,8 +58,11 @@ class _BrokerStatusCollector:
         with self.lock:
             rows = list(self.rows.items())
         for (cluster, broker), row in rows:
+            current = row.get("state")
+            if isinstance(current, int) and 0 <= current < len(BROKER_STATES):
+                current = BROKER_STATES[current]      # KIP-343 numbering: 0 INITIAL ... 3 STOPPING
             for name in BROKER_STATES:
-                state.add_metric([cluster, broker, name], 1.0 if row.get("state") == name else 0.0)
+                state.add_metric([cluster, broker, name], 1.0 if current == name else 0.0)
             for family, key in ((incarnation, "incarnation_id"), (restarts, "restarts"),
                                 (epoch, "metadata_epoch"), (lag, "metadata_epoch_lag")):
                 if row.get(key) is not None:
@@ -208,6 +211,26 @@ class Metrics:
         for reason, count in counts_by_reason.items():
             if count:
                 self.dead_letters.labels(str(reason)).inc(count)
+
+    def write(self, batch) -> None:
+        """Dispatcher sink (``streaming.dispatch``): everything an OutputBatch carries for metrics."""
+        self.observe_alerts(batch.alerts)
+        self.observe_broker_status(batch.broker_status)
+        for summary in batch.summaries:
+            if summary.get("kind") == "cluster" and summary.get("metadata_epoch") is not None:
+                self.observe_cluster(summary["cluster_id"], summary["metadata_epoch"])
+            elif summary.get("kind") == "clients":
+                self.observe_client_summary(summary["cluster_id"], summary["shard"], summary["stale_clients"],
+                                            summary["overdue_clients"])
+        reasons: dict[str, int] = {}
+        for letter in batch.dead_letters:
+            reason = str(letter.get("reason") or "undecodable")
+            reasons[reason] = reasons.get(reason, 0) + 1
+        self.observe_dead_letters(reasons)
+
+    def close(self) -> None:
+        """Dispatcher sink end: the job is stopping."""
+        self.mark_stopped()
 
     # --- liveness and delivery -----------------------------------------------------------
 

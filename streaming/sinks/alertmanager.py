@@ -97,6 +97,11 @@ class AlertmanagerSink:
         self._wake.set()
         return self.backlog
 
+    def write(self, batch) -> None:
+        """Dispatcher sink (``streaming.dispatch``): the batch's alert records, then wake the thread."""
+        self.add(batch.alerts)
+        self.flush()
+
     def close(self, timeout_s: float | None = None) -> int:
         """One last delivery attempt (backoff ignored), then stop. Returns what is left undelivered."""
         self._stopping.set()

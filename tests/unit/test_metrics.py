@@ -255,3 +255,33 @@ def test_serve_on_a_free_loopback_port_and_stop():
         m.stop()
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+
+
+def test_broker_state_given_as_kip343_number():
+    m = Metrics()
+    m.observe_broker_status([{"cluster_id": "c1", "broker_id": 1, "state": 3}])
+    assert value(m, "epochwatch_broker_state", broker_id=1, cluster="c1", state="STOPPING") == 1
+
+
+def test_write_takes_a_dispatcher_batch():
+    from types import SimpleNamespace
+
+    batch = SimpleNamespace(
+        alerts=[alert("a")],
+        broker_status=[{"cluster_id": "c1", "broker_id": 4, "state": "INACTIVE", "incarnation_id": 2,
+                        "metadata_epoch": 9, "metadata_epoch_lag": 1, "restarts": 0}],
+        summaries=[{"cluster_id": "c1", "kind": "cluster", "metadata_epoch": 10},
+                   {"cluster_id": "c1", "kind": "clients", "shard": 3, "stale_clients": 2, "overdue_clients": 1}],
+        dead_letters=[{"reason": "bad_magic_byte"}, {"reason": "bad_magic_byte"}, {"reason": "future_event_time"}],
+    )
+    m = Metrics()
+    m.write(batch)
+    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", cluster="c1", severity="warning") == 1
+    assert value(m, "epochwatch_broker_state", broker_id=4, cluster="c1", state="INACTIVE") == 1
+    assert value(m, "epochwatch_cluster_metadata_epoch", cluster="c1") == 10
+    assert value(m, "epochwatch_clients_stale_metadata", cluster="c1") == 2
+    assert value(m, "epochwatch_dead_letters_total", reason="bad_magic_byte") == 2
+    assert value(m, "epochwatch_dead_letters_total", reason="future_event_time") == 1
+    m.batch_finished(1.0)
+    m.close()
+    assert value(m, "epochwatch_up") == 0

@@ -71,3 +71,22 @@ def test_meta_alert_rule_unit_tests():
     result = run(PROMTOOL_BIN, "test", "rules", *sorted((PROMETHEUS_DIR / "tests").glob("*.test.yml")))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_every_alert_has_a_runbook_section():
+    import re
+
+    import yaml
+
+    repo = PROMETHEUS_DIR.parents[1]
+    contracts = (repo / "docs" / "CONTRACTS.md").read_text()
+    names_text = contracts.split("Alert names:", 1)[1].split("\n\n", 1)[0]
+    detection = set(re.findall(r"[A-Z][A-Za-z]+", names_text))
+    rules = [rule for path in sorted((PROMETHEUS_DIR / "rules").glob("*.yml"))
+             for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
+    headings = set(re.findall(r"^### (\w+)$", (repo / "docs" / "alerts.md").read_text(), re.M))
+    assert len(detection) == 17
+    assert detection | {r["alert"] for r in rules} == headings
+    for rule in rules:
+        assert rule["annotations"]["runbook_url"] == f"docs/alerts.md#{rule['alert'].lower()}"
+        assert rule["labels"]["severity"] in ("critical", "warning")
