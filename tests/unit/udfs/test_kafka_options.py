@@ -1,0 +1,67 @@
+"""Options of the Kafka source and sink (udfs.kafka_options): parsed once, errors name option and fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from udfs.kafka_options import OptionError, parse_source_options, shared_settings
+from udfs.kafka_sink import parse_sink_options
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a, b"}
+
+
+def test_defaults_follow_sparks_kafka_source():
+    options = parse_source_options(BASE)
+    assert options.subscribe == ("a", "b") and options.starting_offsets.kind == "latest"
+    assert options.fail_on_data_loss and options.max_offsets_per_trigger is None and not options.decoded
+    assert options.client == {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_kafka_options_pass_through_to_librdkafka_and_keys_are_case_insensitive():
+    options = parse_source_options({**BASE, "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
+                                    "kafka.sasl.password": "S3cr3t", "STARTINGOFFSETS": "earliest",
+                                    "maxoffsetspertrigger": "500", "kafka.isolation.level": "read_uncommitted"})
+    assert options.client["sasl.password"] == "S3cr3t" and options.client["security.protocol"] == "SASL_SSL"
+    assert options.starting_offsets.kind == "earliest" and options.max_offsets_per_trigger == 500
+    assert "isolation.level" not in shared_settings(options.client), "consumer-only: not for producers"
+
+
+@pytest.mark.parametrize("extra, option, why", [
+    ({"kafka.bootstrap.servers": ""}, "kafka.bootstrap.servers", "required"),
+    ({"subscribePattern": "a.*"}, "subscribe", "subscribe and subscribePattern together"),
+    ({"maxOffsetsPerTrigger": "lots"}, "maxOffsetsPerTrigger", "not a number"),
+    ({"minPartitions": "0"}, "minPartitions", "must be positive"),
+    ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "boolean"),
+    ({"decode": "json"}, "decode", "unsupported decoding"),
+    ({"startingOffsets": "first"}, "startingOffsets", "bad offsets"),
+    ({"kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "the source owns it: use startingOffsets"),
+    ({"startingOffset": "earliest"}, "startingoffset", "typo gets a did-you-mean"),
+    ({"deadLetterTopic": "dlq"}, "deadLetterTopic", "dead letters need decoding"),
+    ({"schema.registry.url": "http://127.0.0.1:8081"}, "schema.registry.url", "registry needs decode=avro"),
+])
+def test_bad_options_name_the_option_and_the_fix(extra, option, why):
+    with pytest.raises(OptionError) as err:
+        parse_source_options({**BASE, **extra})
+    assert err.value.option == option, why
+    assert "Fix:" in str(err.value), why
+
+
+def test_typo_suggests_the_right_name():
+    with pytest.raises(OptionError, match="did you mean 'startingOffsets'"):
+        parse_source_options({**BASE, "startingOffset": "earliest"})
+
+
+def test_subscribe_pattern_matches_whole_topic_names_and_assign_lists_partitions():
+    options = parse_source_options({"kafka.bootstrap.servers": "x", "subscribePattern": r"ev\..*"})
+    assert options.matches("ev.a") and not options.matches("xev.a")
+    options = parse_source_options({"kafka.bootstrap.servers": "x", "assign": '{"t": [1, 0]}'})
+    assert options.assign == (("t", 0), ("t", 1)) and options.matches("t")
+    with pytest.raises(OptionError, match="assign"):
+        parse_source_options({"kafka.bootstrap.servers": "x", "assign": "t:0"})
+
+
+def test_sink_options():
+    options = parse_sink_options({"kafka.bootstrap.servers": "x", "topic": "alerts", "kafka.group.id": "g"})
+    assert options.topic == "alerts" and options.encode == "avro" and "group.id" not in options.client
+    with pytest.raises(OptionError, match="encode"):
+        parse_sink_options({"kafka.bootstrap.servers": "x", "encode": "json"})
