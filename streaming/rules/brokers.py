@@ -64,7 +64,7 @@ class BrokerFleet:
         t = ev["event_time"]
         b = self.broker(ev["broker_id"])
         b.last_event_ms = max(b.last_event_ms, t)
-        self.cluster.last_heartbeat_ms = max(self.cluster.last_heartbeat_ms, t)
+        self._cluster_heard(t)
         self._observe_controller(ev["controller_id"], ev["controller_epoch"], t)
         incarnation = ev["incarnation_id"]
         rejected = ev.get("error_code") in REGRESSION_ERRORS
@@ -81,6 +81,13 @@ class BrokerFleet:
             self._catch_up(b, t)
         b.last_heartbeat_ms = t
         self._transition(b, self._decided_state(b, ev), t, self._reason(ev))
+
+    def _cluster_heard(self, t: int) -> None:
+        c, timeout = self.cluster, self.settings.controller_heartbeat_timeout_ms
+        if c.last_heartbeat_ms != NO_TIME and t - c.last_heartbeat_ms >= timeout:
+            c.silence_start_ms, c.silence_end_ms = c.last_heartbeat_ms + timeout, t
+            self.dirty = True
+        c.last_heartbeat_ms = max(c.last_heartbeat_ms, t)
 
     def _decided_state(self, b: BrokerRecord, ev: dict) -> str:
         decided = ev.get("current_state")
@@ -196,9 +203,11 @@ class BrokerFleet:
     def _update_behind(self, b: BrokerRecord, t: int) -> None:
         if b.known_epoch >= self.cluster.newest_epoch:
             b.behind_since_ms = NO_TIME
+        elif b.behind_since_ms == NO_TIME:
+            b.behind_since_ms = t  # it just fell behind (e.g. applied an epoch below its own)
         else:
-            first = self._first_seen_above(b.known_epoch)
-            b.behind_since_ms = first if first != NO_TIME else t
+            # catching up partially moves the start to when the next epoch it lacks appeared
+            b.behind_since_ms = max(b.behind_since_ms, self._first_seen_above(b.known_epoch))
 
     # --- time ---------------------------------------------------------------------------------
 
@@ -263,17 +272,29 @@ class BrokerFleet:
                                    f"epoch {c.regression_epoch} issued after {c.regression_high_epoch} "
                                    f"in controller epoch {c.controller_epoch}",
                                    controller_id=c.regression_controller_id))
-        # Brokers whose timeout began with the cluster's silence are covered by ClusterSilent.
-        covered_after = silent_since - s.heartbeat_timeout_pending_ms - s.broker_heartbeat_interval_ms
         for b in self.brokers.values():
-            found.extend(self._broker_conditions(b, now, silent_since, covered_after))
+            found.extend(self._broker_conditions(b, now, silent_since))
         return found
 
-    def _broker_conditions(self, b: BrokerRecord, now: int, silent_since: int, covered_after: int):
+    def _timeout_since(self, b: BrokerRecord, now: int, silent_since: int) -> int:
+        """When broker b's own heartbeat-timeout incident starts, NO_TIME while ClusterSilent
+        covers it: a broker that went quiet with the whole cluster is reported once, by the
+        cluster, and after the cluster is back gets one timeout to return on its own."""
+        s, c = self.settings, self.cluster
+        slack = s.heartbeat_timeout_pending_ms + s.broker_heartbeat_interval_ms
+        if silent_since != NO_TIME and b.state_since_ms >= silent_since - slack:
+            return NO_TIME
+        if c.silence_end_ms != NO_TIME and c.silence_start_ms - slack <= b.state_since_ms < c.silence_end_ms:
+            back_by = c.silence_end_ms + s.controller_heartbeat_timeout_ms
+            return back_by if now >= back_by else NO_TIME
+        return b.state_since_ms
+
+    def _broker_conditions(self, b: BrokerRecord, now: int, silent_since: int):
         s, bid = self.settings, b.broker_id
         if b.state == "INACTIVE" and b.inactive_reason == "timeout":
-            if silent_since == NO_TIME or b.state_since_ms < covered_after:
-                yield condition("BrokerHeartbeatTimeout", b.state_since_ms,
+            since = self._timeout_since(b, now, silent_since)
+            if since != NO_TIME:
+                yield condition("BrokerHeartbeatTimeout", since,
                                 f"last heartbeat {b.last_heartbeat_ms}, incarnation {b.incarnation_id}", broker_id=bid)
         if b.regression_since_ms != NO_TIME:
             yield condition("BrokerIncarnationRegression", b.regression_since_ms,
@@ -308,6 +329,8 @@ class BrokerFleet:
         times = []
         if c.last_heartbeat_ms != NO_TIME:
             times.append(c.last_heartbeat_ms + s.controller_heartbeat_timeout_ms)
+        if c.silence_end_ms != NO_TIME:
+            times.append(c.silence_end_ms + s.controller_heartbeat_timeout_ms)
         for b in self.brokers.values():
             times.extend(self._broker_deadlines(b))
         return first_after(times, now)

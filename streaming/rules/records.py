@@ -49,6 +49,9 @@ class ClusterRecord:
     epoch_history: list[int] = field(default_factory=list)
     epoch_history_ms: list[int] = field(default_factory=list)
     last_heartbeat_ms: int = NO_TIME
+    # the last completed cluster-wide silence (no heartbeat from anyone for the timeout)
+    silence_start_ms: int = NO_TIME
+    silence_end_ms: int = NO_TIME
     regression_since_ms: int = NO_TIME
     regression_epoch: int = -1
     regression_controller_id: int = -1

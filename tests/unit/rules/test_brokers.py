@@ -1,0 +1,126 @@
+"""Broker lifecycle rules, table style: each case says why its expectation is right."""
+
+import pytest
+
+from streaming.config import RuleSettings
+from tests.unit.rules.builders import hb, heartbeats, response, run, summary, update
+
+B = (1, 2, 3)
+S = RuleSettings()  # timeout 9000, pending 3000, heartbeat interval 2000
+
+
+def case(n, why, events, until, expected, **settings):
+    return pytest.param(events, until, expected, RuleSettings(**settings) if settings else S, id=f"{n}-{why[:50]}")
+
+
+CASES = [
+    case(1, "steady heartbeats from every broker: nothing to say",
+         heartbeats(B, 0, 60000), 60000, []),
+    case(2, "broker 2 silent 30 s: INACTIVE after 9 s, fires after the 3 s pending, resolves on its next heartbeat",
+         heartbeats(B, 0, 80000, skip=lambda b, t: b == 2 and 10000 < t < 40000), 80000,
+         [("firing", "BrokerHeartbeatTimeout", "2"), ("resolved", "BrokerHeartbeatTimeout", "2")]),
+    case(3, "a 10 s gap is past the timeout but shorter than timeout + pending: no page for a blip",
+         heartbeats(B, 0, 60000, skip=lambda b, t: b == 2 and 10000 < t < 20000), 60000, []),
+    case(4, "controlled shutdown (STOPPING) then silence is not a timeout; a higher incarnation is a restart (info)",
+         heartbeats(B, 0, 20000) + [hb(20000 + d, 2, target="STOPPING") for d in (2, 2002, 4002)]
+         + heartbeats((1, 3), 20000, 60000) + heartbeats((2,), 40000, 60000, inc=2), 60000,
+         [("firing", "BrokerRestarted", "2")]),
+    case(5, "a zombie: old incarnation heartbeats once after a restart (STALE_BROKER_EPOCH), then stops",
+         heartbeats(B, 0, 20000) + heartbeats((1, 3), 20000, 60000) + heartbeats((2,), 21000, 60000, inc=2)
+         + [hb(22500, 2, inc=1, error=77)], 60000,
+         [("firing", "BrokerRestarted", "2"), ("firing", "BrokerIncarnationRegression", "2"),
+          ("resolved", "BrokerIncarnationRegression", "2")]),
+    case(6, "two processes with one broker id keep heartbeating: regression, then duplicate (critical)",
+         heartbeats(B, 0, 20000) + heartbeats((1, 3), 20000, 40000) + heartbeats((2,), 20000, 40000, inc=2)
+         + [hb(t + 500, 2, inc=1, error=101) for t in range(20000, 40000, 2000)], 40000,
+         [("firing", "BrokerRestarted", "2"), ("firing", "BrokerIncarnationRegression", "2"),
+          ("firing", "DuplicateBrokerId", "2")]),
+    case(7, "the whole cluster goes quiet: one ClusterSilent, no per-broker timeouts; resolves when it returns",
+         heartbeats(B, 0, 20000) + heartbeats(B, 60000, 70000), 70000,
+         [("firing", "ClusterSilent", None), ("resolved", "ClusterSilent", None)]),
+    case(8, "a broker already down before the cluster went quiet keeps its own alert",
+         heartbeats(B, 0, 60000, skip=lambda b, t: b == 3 and t > 10000), 90000,
+         [("firing", "BrokerHeartbeatTimeout", "3"), ("firing", "ClusterSilent", None)]),
+    case(9, "STOPPING for longer than the grace period: stuck in controlled shutdown",
+         heartbeats((1, 3), 0, 40000) + heartbeats((2,), 0, 40000, target="STOPPING"), 40000,
+         [("firing", "BrokerStuckStopping", "2")], stopping_grace_ms=20000),
+    case(10, "controlled shutdown and not back within the grace period",
+         heartbeats((1, 3), 0, 60000) + heartbeats((2,), 0, 10000, target="STOPPING"), 60000,
+         [("firing", "BrokerNotReturned", "2")], not_returned_grace_ms=30000),
+    case(11, "silent spells every 50 s: the 3rd return is the 6th ACTIVE/INACTIVE transition: flapping",
+         heartbeats(B, 0, 200000, skip=lambda b, t: b == 2 and (t % 50000) > 30000), 200000,
+         [("firing", "BrokerHeartbeatTimeout", "2"), ("resolved", "BrokerHeartbeatTimeout", "2"),
+          ("firing", "BrokerHeartbeatTimeout", "2"), ("resolved", "BrokerHeartbeatTimeout", "2"),
+          ("firing", "BrokerHeartbeatTimeout", "2"), ("firing", "BrokerFlapping", "2"),
+          ("resolved", "BrokerHeartbeatTimeout", "2"), ("firing", "BrokerHeartbeatTimeout", "2")]),
+    case(12, "a new controller epoch is a failover (info, once)",
+         heartbeats(B, 0, 20000) + heartbeats(B, 20000, 40000, controller=101, controller_epoch=2), 40000,
+         [("firing", "ControllerFailover", None)]),
+    case(13, "an incarnation going down without a controller error is still a regression (KIP-343)",
+         heartbeats(B, 0, 20000, inc=5) + [hb(20100, 1, inc=4)] + heartbeats(B, 20000, 50000, inc=5), 50000,
+         [("firing", "BrokerIncarnationRegression", "1"), ("resolved", "BrokerIncarnationRegression", "1")]),
+    case(14, "a heartbeat delivered late (older than the last one) changes nothing",
+         heartbeats(B, 0, 40000) + [hb(5001, 1, target="STOPPING")], 40000, []),
+]
+
+
+@pytest.mark.parametrize("events,until,expected,settings", CASES)
+def test_broker_rules(events, until, expected, settings):
+    alerts, _ = run("brokers", events, until, settings)
+    assert summary(alerts) == expected
+
+
+@pytest.mark.parametrize("events,until,expected,settings", CASES)
+def test_same_result_whatever_the_batching(events, until, expected, settings):
+    """Why: the engine applies events in event-time order up to the horizon, so cutting the
+    stream into micro-batches differently must not change a single alert."""
+    one, _ = run("brokers", events, until, settings)
+    many, _ = run("brokers", events, until, settings, batch=7)
+    assert [(a["event_id"], a["event_time"]) for a in many] == [(a["event_id"], a["event_time"]) for a in one]
+
+
+def _epochs(brokers, start, end, lagging=None, stop_at=None):
+    out, epoch = [], 0
+    for t in range(start, end, 3000):
+        epoch += 1
+        for b in brokers:
+            if b == lagging and t >= stop_at:
+                continue
+            out.append(update(t + 100 * b, b, epoch))
+    return out
+
+
+EPOCH_CASES = [
+    pytest.param(heartbeats(B, 0, 90000) + _epochs(B, 0, 90000), 90000, [], id="1-all brokers keep up: no lag"),
+    pytest.param(heartbeats(B, 0, 90000) + _epochs(B, 0, 90000, lagging=2, stop_at=20000), 90000,
+                 [("firing", "BrokerMetadataLag", "2")],
+                 id="2-broker 2 stops applying updates while heartbeating: behind for > 30 s grace"),
+    pytest.param(heartbeats(B, 0, 90000, skip=lambda b, t: b == 2 and t > 20000)
+                 + _epochs(B, 0, 90000, lagging=2, stop_at=20000)
+                 + [response(t, "c", 2, 6) for t in range(21000, 90000, 5000)], 90000,
+                 [("firing", "BrokerHeartbeatTimeout", "2"), ("firing", "BrokerMetadataLag", "2")],
+                 id="3-partitioned: no heartbeats, no updates, still answering clients with an old epoch"),
+    pytest.param(heartbeats(B, 0, 90000, skip=lambda b, t: b == 2 and t > 20000)
+                 + _epochs(B, 0, 90000, lagging=2, stop_at=20000), 90000,
+                 [("firing", "BrokerHeartbeatTimeout", "2")],
+                 id="4-a dead broker that serves nobody is not lagging, only down"),
+    pytest.param(heartbeats(B, 0, 60000) + _epochs(B, 0, 30000) + [update(30500, 1, 3)], 60000,
+                 [("firing", "MetadataEpochRegression", None)],
+                 id="5-an epoch below one already applied, same controller epoch: regression"),
+]
+
+
+@pytest.mark.parametrize("events,until,expected", EPOCH_CASES)
+def test_metadata_epoch_rules(events, until, expected):
+    alerts, _ = run("brokers", events, until)
+    assert [s for s in summary(alerts) if s[0] == "firing"] == expected
+
+
+def test_time_in_state_and_transitions_are_kept():
+    """Why: on-call asks 'how long was it down'; the lifecycle keeps time per state."""
+    events = heartbeats(B, 0, 60000, skip=lambda b, t: b == 2 and 10000 < t < 40000)
+    _, engine = run("brokers", events, 60000)
+    b2 = engine.table.brokers[2]
+    assert b2.state == "ACTIVE"
+    inactive_ms = b2.time_in_state_ms[1]
+    assert inactive_ms == 40002 - (10002 + 9000)
