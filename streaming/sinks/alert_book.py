@@ -61,11 +61,20 @@ class Entry:
 
 @dataclass(frozen=True)
 class Delivery:
-    """One alert state to POST: which revision of which fingerprint, and the API v2 body."""
+    """One alert state to POST: which revision of which fingerprint, and the API v2 body.
+
+    The body is built on access, so the sink builds it outside its lock (records are never
+    mutated, only replaced)."""
 
     fingerprint: str
     revision: int
-    payload: dict
+    record: dict
+    now_ms: int
+    settings: "BookSettings"
+
+    @property
+    def payload(self) -> dict:
+        return alertmanager_payload(self.record, self.now_ms, self.settings)
 
 
 @dataclass(frozen=True)
@@ -213,7 +222,7 @@ class AlertBook:
             resend_due = (entry.last_sent_ms is None
                           or now_ms - entry.last_sent_ms >= self.settings.resend_interval_ms)
             if entry.pending or (not entry.one_shot and (resend_all or resend_due)):
-                out.append(Delivery(fp, entry.revision, alertmanager_payload(entry.record, now_ms, self.settings)))
+                out.append(Delivery(fp, entry.revision, entry.record, now_ms, self.settings))
         return out
 
     def next_due_ms(self, now_ms: int) -> int | None:

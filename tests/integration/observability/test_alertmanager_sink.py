@@ -243,3 +243,27 @@ def test_restart_rebuilds_the_active_set_from_the_alerts_topic(alertmanager, sin
     after.flush()
     wait_until(lambda: find(alertmanager, ended) is None, timeout_s=10, what="resolution delivered after restart")
     assert find(alertmanager, kept) is not None
+
+
+def test_a_hanging_alertmanager_never_blocks_the_job():
+    import socket
+
+    metrics = Metrics()
+    with socket.socket() as hanging:          # accepts TCP connections, never answers HTTP
+        hanging.bind(("127.0.0.1", 0))
+        hanging.listen(16)
+        sink = AlertmanagerSink(f"http://127.0.0.1:{hanging.getsockname()[1]}", timeout_s=0.5, backoff_max_s=1,
+                                metrics=metrics)
+        try:
+            calls = []
+            for i in range(50):
+                started = time.perf_counter()
+                sink.add([firing("BrokerHeartbeatTimeout", "c1", broker_id=i)])
+                sink.flush()
+                calls.append(time.perf_counter() - started)
+            wait_until(lambda: scrape(metrics)["epochwatch_alertmanager_delivery_failures_total"] >= 1, timeout_s=10,
+                       what="a timed-out delivery counted")
+            assert max(calls) < 0.05, f"add+flush took up to {max(calls) * 1000:.1f} ms"
+            assert scrape(metrics)["epochwatch_alertmanager_backlog"] == 50
+        finally:
+            sink.close(timeout_s=3)

@@ -266,6 +266,6 @@ def test_settings_errors_name_the_setting(kwargs, message):
         BookSettings(**kwargs)
 
 
-def test_delivery_is_plain_data():
-    d = Delivery("a", 1, {"labels": {}})
-    assert (d.fingerprint, d.revision) == ("a", 1)
+def test_delivery_builds_its_body_from_the_record_and_time_it_was_planned_at():
+    d = Delivery("a", 1, rec("a"), T0, SETTINGS)
+    assert d.payload == alertmanager_payload(rec("a"), T0, SETTINGS)
