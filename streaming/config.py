@@ -72,9 +72,21 @@ class RuleSettings:
 
 
 @dataclass(frozen=True)
+class SinkSettings:
+    """Where alerts and metrics go besides the Kafka alerts topic."""
+
+    alertmanager_url: str | None = field(default=None, metadata=_alias("alertmanager.url"))
+    alertmanager_resend_interval_s: int = field(default=60, metadata=_alias("alertmanager.resend.interval.s"))
+    metrics_port: int = field(default=9464, metadata=_alias("metrics.port"))
+    metrics_address: str = field(default="127.0.0.1", metadata=_alias("metrics.address"))
+    console: str = field(default="off", metadata={**_alias("console"), "choices": ("off", "on")})
+
+
+@dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     rules: RuleSettings = field(default_factory=RuleSettings)
+    sinks: SinkSettings = field(default_factory=SinkSettings)
     checkpoint_location: str = "/tmp/epochwatch/checkpoint"
     trigger_interval: str = "1 second"
     spark: Mapping[str, str] = field(default_factory=dict)
@@ -166,6 +178,9 @@ def validate(settings: Settings) -> Settings:
     if r.connection_setup_timeout_max_ms < r.connection_setup_timeout_ms:
         raise ConfigError("rules.socket.connection.setup.timeout.max.ms", "is below socket.connection.setup.timeout.ms",
                           "set the max at least as large as the base timeout (Kafka: 30000 vs 10000)")
+    url = settings.sinks.alertmanager_url
+    if url and not url.startswith(("http://", "https://")):
+        raise ConfigError("sinks.alertmanager.url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
     if r.client_shards < 1:
         raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (about 4x the shuffle partitions)")
     return settings
@@ -192,7 +207,7 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
             raw[section][rest] = value
         else:
             raw[section] = value
-    known = {"kafka", "rules", "checkpoint_location", "trigger_interval", "spark"}
+    known = {"kafka", "rules", "sinks", "checkpoint_location", "trigger_interval", "spark"}
     for k in raw:
         if k not in known:
             raise ConfigError(k, "is not a known section", f"use one of {', '.join(sorted(known))}")
@@ -203,6 +218,7 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
     return validate(Settings(
         kafka=_build(KafkaSettings, "kafka", raw.get("kafka", {}) or {}),
         rules=_build(RuleSettings, "rules", raw.get("rules", {}) or {}),
+        sinks=_build(SinkSettings, "sinks", raw.get("sinks", {}) or {}),
         spark={str(k): str(_expand_env(v, f"spark.{k}")) for k, v in spark.items()},
         **{k: str(v) for k, v in top.items()},
     ))

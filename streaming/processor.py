@@ -52,7 +52,7 @@ class EpochwatchProcessor(StatefulProcessor):
     # --- Spark entry points ---------------------------------------------------------------------
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        cluster_id, kind, shard = key
+        cluster_id, kind, shard = _grouping_key(key)
         frames = list(rows)
         if kind == DEAD_LETTER_KIND:
             yield _frame([_dead_letter_row(r) for pdf in frames for r in _records(pdf)])
@@ -61,7 +61,7 @@ class EpochwatchProcessor(StatefulProcessor):
         yield self._step(cluster_id, kind, int(shard), events, timerValues)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        cluster_id, kind, shard = key
+        cluster_id, kind, shard = _grouping_key(key)
         yield self._step(cluster_id, kind, int(shard), [], timerValues)
 
     def close(self) -> None:
@@ -124,6 +124,12 @@ class EpochwatchProcessor(StatefulProcessor):
             self.cluster.update(records.to_row(engine.table.cluster))
         _put(self.alerts, engine.tracker.to_rows())
         _put(self.buffer, [(json.dumps(ev, separators=(",", ":")),) for ev in engine.buffer])
+
+
+def _grouping_key(key) -> tuple:
+    # Spark passes the three grouping columns; TwsTester wraps whatever key it is given in a
+    # 1-tuple, so tests hand over the 3-tuple as that single value.
+    return key[0] if len(key) == 1 and isinstance(key[0], tuple) else key
 
 
 def _put(state, rows: list[tuple]) -> None:

@@ -1,0 +1,79 @@
+"""epochwatch run --config FILE: the long-running job."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+from streaming import config
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run the monitor against Kafka (long-running)",
+                       description="Consume events from Kafka, detect, and deliver alerts to the alerts topic, "
+                                   "Alertmanager and /metrics. Restarts continue from the checkpoint.")
+    p.add_argument("--config", help="YAML config file (see deploy/config/epochwatch.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set kafka.bootstrap.servers=127.0.0.1:9092")
+    p.add_argument("--event-time", action="store_true",
+                   help="decide on event time (deterministic, like replay) instead of wall-clock timers; "
+                        "a completely silent stream then raises nothing until data arrives again")
+    p.add_argument("--available-now", action="store_true", help="process what is in Kafka now, then stop")
+    p.set_defaults(func=run)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise config.ConfigError("--set", f"{pair!r} is not KEY=VALUE", "e.g. --set rules.controller.heartbeat.timeout.ms=9000")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def build_sinks(settings: config.Settings, console: bool):
+    from streaming.dispatch import ConsoleSink
+    from streaming.job import KafkaOutputSink
+    from streaming.metrics import Metrics
+
+    metrics = Metrics()
+    if settings.sinks.metrics_port:
+        metrics.serve(settings.sinks.metrics_port, settings.sinks.metrics_address)
+    sinks = [KafkaOutputSink(settings), metrics]
+    if settings.sinks.alertmanager_url:
+        from streaming.sinks.alertmanager import AlertmanagerSink
+
+        sinks.append(AlertmanagerSink(settings.sinks.alertmanager_url,
+                                      resend_interval_s=settings.sinks.alertmanager_resend_interval_s,
+                                      metrics=metrics))
+    if console:
+        sinks.append(ConsoleSink())
+    return sinks, metrics
+
+
+def run(args) -> int:
+    settings = config.load(args.config, parse_overrides(args.set))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from streaming.dispatch import Dispatcher
+    from streaming.job import ProgressListener, start
+    from streaming.pipeline import EVENT_TIME, PROCESSING_TIME
+    from streaming.spark_session import build_session
+
+    spark = build_session("epochwatch", conf=settings.spark)
+    sinks, metrics = build_sinks(settings, settings.sinks.console == "on")
+    spark.streams.addListener(ProgressListener(metrics))
+    query = start(spark, settings, sinks, time_mode=EVENT_TIME if args.event_time else PROCESSING_TIME,
+                  available_now=args.available_now)
+    signal.signal(signal.SIGTERM, lambda *_: query.stop())
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    finally:
+        Dispatcher(sinks).close()
+    if query.exception():
+        print(f"epochwatch: the query failed: {query.exception()}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,112 @@
+"""The long-running job: Kafka events -> detection -> alerts topic, dead-letter topic,
+Alertmanager, Prometheus metrics, console. ``start`` returns the running StreamingQuery."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Iterable
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from streaming.config import Settings
+from streaming.dispatch import Dispatcher, OutputBatch, Sink
+from streaming.pipeline import PROCESSING_TIME, detect
+
+log = logging.getLogger("epochwatch")
+
+
+def kafka_events(spark, settings: Settings, starting_offsets: str | None = None):
+    k = settings.kafka
+    reader = (spark.readStream.format("epochwatch-kafka")
+              .option("kafka.bootstrap.servers", k.bootstrap_servers)
+              .option("subscribe", k.events_topic)
+              .option("startingOffsets", starting_offsets or k.starting_offsets)
+              .option("decode", "avro" if k.encoding == "confluent" else "avro-schemaless"))
+    if k.schema_registry_url:
+        reader = reader.option("schema.registry.url", k.schema_registry_url)
+    if k.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(k.max_offsets_per_trigger))
+    for name, value in k.client.items():
+        reader = reader.option(f"kafka.{name}", value)
+    return reader.load()
+
+
+class KafkaOutputSink:
+    """Alert records to the alerts topic (key = fingerprint), dead letters to the DLQ topic with
+    the reason and source coordinates in headers; flushes before the batch counts as done."""
+
+    def __init__(self, settings: Settings):
+        from udfs.dead_letters import DeadLetterPublisher
+        from udfs.kafka_sink import EventProducer
+
+        k = settings.kafka
+        client = {**dict(k.client), "bootstrap.servers": k.bootstrap_servers}
+        self.alerts_topic = k.alerts_topic
+        self.producer = EventProducer(k.bootstrap_servers, k.client,
+                                      encoding="avro" if k.encoding == "confluent" else "avro-schemaless")
+        self.dead_letters = DeadLetterPublisher(client, k.dlq_topic)
+
+    def write(self, batch: OutputBatch) -> None:
+        from udfs.dead_letters import DeadLetter
+
+        if batch.alerts:
+            self.producer.send(batch.alerts, self.alerts_topic)
+            self.producer.flush()
+        if batch.dead_letters:
+            self.dead_letters.publish(DeadLetter(
+                topic=d.get("kafka_topic") or "", partition=-1 if d.get("kafka_partition") is None else int(d["kafka_partition"]),
+                offset=-1 if d.get("kafka_offset") is None else int(d["kafka_offset"]),
+                timestamp_ms=d.get("kafka_timestamp"), key=d.get("raw_key"), value=d.get("raw_value"),
+                reason=d["reason"], detail=d.get("detail") or "") for d in batch.dead_letters)
+
+    def close(self) -> None:
+        self.producer.flush()
+
+
+class ProgressListener(StreamingQueryListener):
+    """One concise line per micro-batch, and the metrics that come from Spark's progress."""
+
+    def __init__(self, metrics=None, emit=None):
+        self.metrics = metrics
+        self.emit = emit or log.info
+
+    def onQueryStarted(self, event) -> None:
+        self.emit(f"query {event.name or event.id} started")
+
+    def onQueryProgress(self, event) -> None:
+        p = json.loads(event.progress.json)
+        if self.metrics is not None:
+            self.metrics.observe_progress(p)
+            self.metrics.batch_finished(time.time())
+        ops = p.get("stateOperators") or [{}]
+        from streaming.metrics import source_lag
+
+        lag = sum(source_lag(s) or 0 for s in p.get("sources", []))
+        self.emit(f"batch {p['batchId']}: {p['numInputRows']} events, "
+                  f"{p.get('inputRowsPerSecond') or 0:.0f} in/s, {p.get('processedRowsPerSecond') or 0:.0f} done/s, "
+                  f"{p['durationMs'].get('triggerExecution', 0)} ms, lag {lag:.0f}, "
+                  f"state rows {ops[0].get('numRowsTotal', 0)}, late {ops[0].get('numRowsDroppedByWatermark', 0)}")
+
+    def onQueryIdle(self, event) -> None:
+        if self.metrics is not None:
+            self.metrics.batch_finished(time.time())
+
+    def onQueryTerminated(self, event) -> None:
+        if self.metrics is not None:
+            self.metrics.mark_stopped()
+        self.emit(f"query {event.id} stopped" + (f": {event.exception}" if event.exception else ""))
+
+
+def start(spark, settings: Settings, sinks: Iterable[Sink], *, time_mode: str = PROCESSING_TIME,
+          available_now: bool = False, events_df=None, query_name: str = "epochwatch"):
+    """Start the detection query; the caller owns the sinks' lifecycle (Dispatcher.close)."""
+    events_df = events_df if events_df is not None else kafka_events(spark, settings)
+    writer = (detect(events_df, settings.rules, time_mode).writeStream
+              .foreachBatch(Dispatcher(list(sinks)))
+              .option("checkpointLocation", settings.checkpoint_location)
+              .queryName(query_name))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+        processingTime=settings.trigger_interval)
+    return writer.start()

@@ -1,0 +1,92 @@
+"""EpochwatchProcessor without Spark (pyspark.sql.streaming.TwsTester): the adapter stores state,
+emits rows, and its timers make silence visible."""
+
+import json
+
+import pandas as pd
+import pytest
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from streaming.config import RuleSettings
+from streaming.processor import EpochwatchProcessor
+from tests.unit.rules.builders import heartbeats
+
+KEY = ("c1", "brokers", 0)
+T0 = 1_700_000_000_000
+
+
+def frame(events):
+    rows = []
+    for ev in events:
+        row = dict(ev)
+        row["event_ms"] = T0 + row.pop("event_time")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def alerts(pdf):
+    return [(r["kind"], json.loads(r["payload"])["alertname"], json.loads(r["payload"])["status"])
+            for _, r in pdf.iterrows() if r["kind"] == "alert"]
+
+
+def event_time_tester():
+    return TwsTester(EpochwatchProcessor(RuleSettings(), "EventTime", 2000), timeMode="EventTime",
+                     eventTimeExtractor=lambda row: int(row["event_ms"]))
+
+
+def test_state_is_one_row_per_broker_and_inspectable():
+    """Why: on-call inspects state with format('statestore'); one row per broker is readable."""
+    tester = event_time_tester()
+    tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
+    brokers = tester.peekListState("brokers", KEY)
+    assert sorted(row[0] for row in brokers) == [1, 2, 3]
+    assert {row[1] for row in brokers} == {"ACTIVE"}
+
+
+def test_event_time_timer_fires_on_silence():
+    """Why: no input arrives for a silent broker, so only a timer can raise the timeout."""
+    tester = event_time_tester()
+    out = tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
+    assert alerts(out) == []
+    out = tester.testInPandas(KEY, frame(heartbeats((1, 3), 20000, 40000)))
+    fired = tester.setWatermark(T0 + 40000)
+    names = alerts(out) + alerts(fired)
+    assert ("alert", "BrokerHeartbeatTimeout", "firing") in names
+
+
+def test_whole_cluster_silent_fires_from_the_timer_alone():
+    tester = event_time_tester()
+    tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
+    fired = tester.setWatermark(T0 + 60000)
+    assert alerts(fired) == [("alert", "ClusterSilent", "firing")]
+
+
+def test_processing_time_mode_detects_silence_with_wall_clock_timers():
+    """Why: the live job must page for a silent cluster although no data (and no watermark) moves."""
+    processor = EpochwatchProcessor(RuleSettings(), "ProcessingTime", 2000)
+    tester = TwsTester(processor, timeMode="ProcessingTime")
+    tester.setProcessingTime(T0 + 18000)
+    tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 18000)))
+    fired = tester.setProcessingTime(T0 + 40000)
+    assert ("alert", "ClusterSilent", "firing") in alerts(fired)
+
+
+def test_dead_letter_rows_pass_through_untouched():
+    tester = event_time_tester()
+    pdf = pd.DataFrame([{"event_type": None, "event_ms": None, "dlq_reason": "bad_magic_byte", "dlq_detail": "x",
+                         "raw_key": b"k", "raw_value": b"\x07junk", "kafka_topic": "t", "kafka_partition": 1,
+                         "kafka_offset": 42}])
+    out = TwsTester(EpochwatchProcessor(RuleSettings(), "None", 0)).testInPandas(("", "dead_letter", 1), pdf)
+    (row,) = out.to_dict("records")
+    assert row["kind"] == "dead_letter" and row["raw_value"] == b"\x07junk"
+    assert json.loads(row["payload"])["reason"] == "bad_magic_byte"
+    assert json.loads(row["payload"])["kafka_offset"] == 42
+
+
+def test_invalid_event_becomes_a_dead_letter_not_state():
+    tester = event_time_tester()
+    bad = heartbeats((1,), 0, 2000)[0] | {"broker_id": -3}
+    out = tester.testInPandas(KEY, frame(heartbeats((1, 2), 0, 4000) + [bad]))
+    letters = [json.loads(p) for k, p in zip(out["kind"], out["payload"]) if k == "dead_letter"]
+    assert letters and "negative" in letters[0]["detail"]
+    assert sorted(r[0] for r in tester.peekListState("brokers", KEY)) == [1, 2]
