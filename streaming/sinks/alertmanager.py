@@ -22,7 +22,7 @@ from streaming.sinks.alert_book import AlertBook, BookSettings, Delivery
 log = logging.getLogger(__name__)
 
 ALERTS_PATH = "/api/v2/alerts"
-DEFAULT_GENERATOR_URL = "http://127.0.0.1:9464/metrics"
+DEFAULT_GENERATOR_URL = BookSettings.generator_url   # the driver's /metrics (streaming.metrics.DEFAULT_PORT)
 MAX_IDLE_S = 1.0          # the thread re-checks the book at least this often
 POST_BATCH_SIZE = 500
 
