@@ -7,7 +7,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streaming.config import RuleSettings
-from streaming.processor import EpochwatchProcessor
+from streaming.processor import EpochwatchProcessor, EpochwatchRowProcessor
 from streaming.routing import with_routes
 from streaming.state_schema import OUTPUT_SCHEMA
 from udfs.event_columns import DEAD_LETTER_COLUMNS, KAFKA_COLUMNS, decoded_column_names
@@ -16,7 +16,9 @@ EVENT_TIME = "EventTime"          # replay and demo: deterministic on event time
 PROCESSING_TIME = "ProcessingTime"  # the live job: timers fire on a quiet stream too
 
 
-def detect(events: DataFrame, rules: RuleSettings, time_mode: str) -> DataFrame:
+def detect(events: DataFrame, rules: RuleSettings, time_mode: str, api: str = "pandas") -> DataFrame:
+    """``api``: "pandas" (transformWithStateInPandas, the default: measured faster, see
+    bench/RESULTS.md) or "row" (transformWithState)."""
     if time_mode not in (EVENT_TIME, PROCESSING_TIME):
         raise ValueError(f"time_mode must be {EVENT_TIME} or {PROCESSING_TIME}, not {time_mode!r}")
     routed = with_routes(events, rules.client_shards, rules.max_future_ms)
@@ -24,11 +26,11 @@ def detect(events: DataFrame, rules: RuleSettings, time_mode: str) -> DataFrame:
         routed = routed.withWatermark("event_time", f"{rules.allowed_lateness_ms} milliseconds")
     columns = [*decoded_column_names(), *KAFKA_COLUMNS, *DEAD_LETTER_COLUMNS, "event_ms", "kind", "shard"]
     present = [c for c in dict.fromkeys(columns) if c in routed.columns]
-    return (routed.select(*present)
-            .groupBy(F.col("cluster_id"), F.col("kind"), F.col("shard"))
-            .transformWithStateInPandas(
-                statefulProcessor=EpochwatchProcessor(rules, time_mode, rules.allowed_lateness_ms),
-                outputStructType=OUTPUT_SCHEMA,
-                outputMode="Append",
-                timeMode=time_mode,
-            ))
+    grouped = routed.select(*present).groupBy(F.col("cluster_id"), F.col("kind"), F.col("shard"))
+    if api == "row":
+        return grouped.transformWithState(
+            statefulProcessor=EpochwatchRowProcessor(rules, time_mode, rules.allowed_lateness_ms),
+            outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode=time_mode)
+    return grouped.transformWithStateInPandas(
+        statefulProcessor=EpochwatchProcessor(rules, time_mode, rules.allowed_lateness_ms),
+        outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode=time_mode)

@@ -52,24 +52,23 @@ class EpochwatchProcessor(StatefulProcessor):
     # --- Spark entry points ---------------------------------------------------------------------
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        cluster_id, kind, shard = _grouping_key(key)
-        frames = list(rows)
-        if kind == DEAD_LETTER_KIND:
-            yield _frame([_dead_letter_row(r) for pdf in frames for r in _records(pdf)])
-            return
-        events = [ev for pdf in frames for ev in _records(pdf)]
-        yield self._step(cluster_id, kind, int(shard), events, timerValues)
+        yield _frame(self._handle(key, [ev for pdf in rows for ev in _records(pdf)], timerValues))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
+        yield _frame(self._handle(key, [], timerValues))
+
+    def _handle(self, key, events: list[dict], timerValues) -> list[dict]:
         cluster_id, kind, shard = _grouping_key(key)
-        yield self._step(cluster_id, kind, int(shard), [], timerValues)
+        if kind == DEAD_LETTER_KIND:
+            return [_dead_letter_row(r) for r in events]
+        return self._step(cluster_id, kind, int(shard), events, timerValues)
 
     def close(self) -> None:
         pass
 
     # --- one step -------------------------------------------------------------------------------
 
-    def _step(self, cluster_id: str, kind: str, shard: int, events: list[dict], timerValues) -> pd.DataFrame:
+    def _step(self, cluster_id: str, kind: str, shard: int, events: list[dict], timerValues) -> list[dict]:
         engine = self._load(cluster_id, kind, shard)
         horizon_prev, offset, timer_ms = self.meta.get() or (records.NO_TIME, 0, records.NO_TIME)
         newest = max((ev["event_time"] for ev in events), default=None)
@@ -86,7 +85,7 @@ class EpochwatchProcessor(StatefulProcessor):
         self._store(engine, kind)
         timer_ms = self._schedule(result.deadline, offset, timer_ms)
         self.meta.update((engine.horizon, offset, timer_ms))
-        return _frame(_output_rows(cluster_id, engine.horizon, result))
+        return _output_rows(cluster_id, engine.horizon, result)
 
     def _schedule(self, deadline: int | None, offset: int, current: int) -> int:
         wanted = records.NO_TIME if deadline is None else (deadline if self.event_time_mode else deadline + offset)
@@ -124,6 +123,30 @@ class EpochwatchProcessor(StatefulProcessor):
             self.cluster.update(records.to_row(engine.table.cluster))
         _put(self.alerts, engine.tracker.to_rows())
         _put(self.buffer, [(json.dumps(ev, separators=(",", ":")),) for ev in engine.buffer])
+
+
+class EpochwatchRowProcessor(EpochwatchProcessor):
+    """The same processor for ``transformWithState`` (Row API): only rows in and out differ."""
+
+    def handleInputRows(self, key, rows, timerValues):
+        events = []
+        for row in rows:
+            ev = row.asDict()
+            ev["event_time"] = ev.pop("event_ms")
+            if ev.get("kafka_timestamp") is not None:
+                ev["kafka_timestamp"] = int(ev["kafka_timestamp"].timestamp() * 1000)
+            events.append(ev)
+        yield from _rows(self._handle(key, events, timerValues))
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        yield from _rows(self._handle(key, [], timerValues))
+
+
+def _rows(dicts: list[dict]):
+    from pyspark.sql import Row
+
+    for d in dicts:
+        yield Row(**{c: d.get(c) for c in OUTPUT_COLUMNS})
 
 
 def _grouping_key(key) -> tuple:
