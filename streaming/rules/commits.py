@@ -32,8 +32,9 @@ class CommitShard:
                 self.dirty = True
             r.regression_last_ms, r.regression_epoch = max(r.regression_last_ms, t), epoch
             return r.regression_last_ms + self.settings.stale_incident_quiet_ms  # refused: stored commit stays
-        if epoch >= r.metadata_epoch or epoch < 0:
+        if r.regression_since_ms != NO_TIME and (epoch >= r.metadata_epoch or epoch < 0):
             r.regression_since_ms = r.regression_last_ms = NO_TIME  # a good commit ends the incident
+            self.dirty = True
         r.metadata_epoch = max(r.metadata_epoch, epoch)
         r.offset, r.last_commit_ms = ev["offset"], t
         return None
