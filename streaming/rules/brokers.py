@@ -188,6 +188,7 @@ class BrokerFleet:
             del c.epoch_history[0], c.epoch_history_ms[0]
         if c.regression_since_ms != NO_TIME and epoch > c.regression_high_epoch:
             c.regression_since_ms = NO_TIME  # numbering is increasing past the old high again
+            self.dirty = True
         for other in self.brokers.values():
             if other.behind_since_ms == NO_TIME and 0 <= other.known_epoch < epoch:
                 other.behind_since_ms = t
@@ -202,6 +203,8 @@ class BrokerFleet:
 
     def _update_behind(self, b: BrokerRecord, t: int) -> None:
         if b.known_epoch >= self.cluster.newest_epoch:
+            if b.behind_since_ms != NO_TIME and t - b.behind_since_ms >= self.settings.metadata_lag_grace_ms:
+                self.dirty = True  # a lag incident may end here
             b.behind_since_ms = NO_TIME
         elif b.behind_since_ms == NO_TIME:
             b.behind_since_ms = t  # it just fell behind (e.g. applied an epoch below its own)

@@ -45,6 +45,8 @@ class ClientShard:
             return
         # KIP-899: a response listing at least one broker clears the rebootstrap trigger.
         if t >= c.first_failure_ms:
+            if c.first_failure_ms != NO_TIME and t - c.first_failure_ms >= self.settings.rebootstrap_trigger_ms:
+                self.dirty = True  # an overdue incident ends here
             c.first_failure_ms = NO_TIME
         c.last_success_ms = max(c.last_success_ms, t)
         self._check_cluster_id(c, ev.get("response_cluster_id"), t)
@@ -79,8 +81,9 @@ class ClientShard:
                 c.mismatch_since_ms = t
                 self.dirty = True
             c.mismatch_cluster_id = cluster_id
-        else:
+        elif c.mismatch_since_ms != NO_TIME:
             c.mismatch_since_ms, c.mismatch_cluster_id = NO_TIME, ""
+            self.dirty = True
 
     def _stale(self, c: ClientRecord, broker_id: int, t: int) -> None:
         if broker_id in c.stale_broker_ids:
@@ -94,9 +97,9 @@ class ClientShard:
             c.stale_last_ms.append(t)
             c.stale_counts.append(1)
 
-    @staticmethod
-    def _close_stale(c: ClientRecord, broker_id: int) -> None:
+    def _close_stale(self, c: ClientRecord, broker_id: int) -> None:
         if broker_id in c.stale_broker_ids:
+            self.dirty = True
             i = c.stale_broker_ids.index(broker_id)
             for lst in (c.stale_broker_ids, c.stale_since_ms, c.stale_last_ms, c.stale_counts):
                 del lst[i]
