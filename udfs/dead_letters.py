@@ -26,6 +26,8 @@ log = logging.getLogger("epochwatch.dead_letters")
 
 REASON_HEADER = "epochwatch.dlq.reason"
 DETAIL_HEADER = "epochwatch.dlq.detail"
+ROW_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "dlq_reason", "dlq_detail",
+               "raw_key", "raw_value")
 SOURCE_HEADERS = ("epochwatch.source.topic", "epochwatch.source.partition", "epochwatch.source.offset",
                   "epochwatch.source.timestamp")
 
@@ -49,7 +51,12 @@ class DeadLetter:
     @classmethod
     def from_row(cls, row: Any) -> "DeadLetter":
         """From a decoded-source row (a Spark Row or a dict) whose ``dlq_reason`` is set."""
-        stamp = row["kafka_timestamp"]
+        try:
+            stamp = row["kafka_timestamp"]
+            _ = [row[name] for name in ROW_COLUMNS]
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"a dead-letter row needs the columns {', '.join(ROW_COLUMNS)} of the decoded "
+                             f"source; missing {exc}. Fix: pass the rows before selecting columns") from None
         if isinstance(stamp, datetime):
             stamp = int((stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp() * 1000)
         return cls(

@@ -9,6 +9,7 @@ the option and the fix.
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -100,15 +101,21 @@ def boolean(options: Mapping[str, str], name: str, default: bool) -> bool:
     raise OptionError(name, f"{raw!r} is not a boolean", "pass true or false")
 
 
-def check_known(options: Mapping[str, str], known: tuple[str, ...], source: str) -> None:
-    """Reject misspelt options (Spark would silently ignore them)."""
+# Options Spark itself adds to a writer's options.
+_SPARK_WRITER_OPTIONS = ("checkpointlocation", "path", "queryname")
+
+
+def check_known(options: Mapping[str, str], known: tuple[str, ...], source: str, strict: bool = True) -> None:
+    """Reject misspelt options (Spark would silently ignore them); ``strict=False`` only logs."""
     by_lower = {k.lower(): k for k in known}
     for key in _lower(options):
-        if key.startswith((KAFKA_PREFIX, REGISTRY_PREFIX)) or key in by_lower or key == "path":
+        if key.startswith((KAFKA_PREFIX, REGISTRY_PREFIX)) or key in by_lower or key in _SPARK_WRITER_OPTIONS:
             continue
         close = difflib.get_close_matches(key, list(by_lower), n=1, cutoff=0.6)
         hint = f"did you mean '{by_lower[close[0]]}'?" if close else f"{source} knows {', '.join(known)} and kafka.*"
-        raise OptionError(key, "is not an option of " + source, hint)
+        if strict:
+            raise OptionError(key, "is not an option of " + source, hint)
+        logging.getLogger("epochwatch.kafka_options").warning("option '%s' is ignored by %s: %s", key, source, hint)
 
 
 SOURCE_OPTIONS = (

@@ -98,7 +98,7 @@ class SinkOptions:
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    check_known(options, SINK_OPTIONS, "the epochwatch-kafka-sink sink")
+    check_known(options, SINK_OPTIONS, "the epochwatch-kafka-sink sink", strict=False)
     lowered = {str(k).lower(): str(v) for k, v in options.items()}
     encode = lowered.get("encode", "avro").strip().lower()
     if encode not in ENCODINGS:

@@ -1,0 +1,103 @@
+"""failOnDataLoss, and the stream reader's contract with the engine (read limits, availableNow),
+driven against the real broker."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from kafka_io_support import kafka_stream, produce, run_available_now
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from streaming.embedded import create_topics
+from tests.helpers import wait_until
+from udfs.kafka_options import parse_source_options
+from udfs.kafka_source import KafkaStreamReader
+from udfs.partition_reader import DataLossError
+
+pytestmark = pytest.mark.spark
+
+
+def records(n: int, prefix: str = "r"):
+    return [(f"{prefix}-{i}".encode(), f"{prefix}-value-{i}".encode()) for i in range(n)]
+
+
+def recreate(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30, what=f"{topic} deleted")
+    create_topics(bootstrap, {topic: partitions})
+
+
+def test_recreated_topic_fails_the_query_or_continues_from_earliest(spark, bootstrap, topic_factory,
+                                                                   tmp_checkpoint):
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, records(50, "before"))
+    stream = lambda fail: kafka_stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest",  # noqa: E731
+                                       failOnDataLoss=fail).select("key")
+    collected, _ = run_available_now(stream("true"), tmp_checkpoint)
+    assert len(collected.rows) == 50
+    recreate(bootstrap, topic, 1)
+    produce(bootstrap, topic, records(10, "after"))  # offsets 0..9 < the checkpoint's 50
+
+    with pytest.raises(Exception) as failure:
+        run_available_now(stream("true"), tmp_checkpoint)
+    assert "went back from 50 to 10" in str(failure.value) and "failOnDataLoss=false" in str(failure.value)
+
+    collected, _ = run_available_now(stream("false"), tmp_checkpoint)
+    assert sorted(bytes(r[0]) for r in collected.rows) == sorted(k for k, _ in records(10, "after"))
+
+
+def reader(bootstrap: str, topic: str, **options) -> KafkaStreamReader:
+    return KafkaStreamReader(parse_source_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                                                   **{k: str(v) for k, v in options.items()}}))
+
+
+def test_read_all_available_overrides_max_offsets_per_trigger(bootstrap, topic_factory):
+    topic = topic_factory(partitions=2)
+    produce(bootstrap, topic, records(40), partitions=2)
+    source = reader(bootstrap, topic, startingOffsets="earliest", maxOffsetsPerTrigger=10)
+    start = source.initialOffset()
+    assert start == {topic: {"0": 0, "1": 0}}
+    assert source.getDefaultReadLimit() == ReadMaxRows(10)
+    limited = source.latestOffset(start, source.getDefaultReadLimit())
+    assert sum(limited[topic].values()) == 10
+    assert source.latestOffset(start, ReadAllAvailable()) == {topic: {"0": 20, "1": 20}}
+    assert source.reportLatestOffset() == {topic: {"0": 20, "1": 20}}
+
+
+def test_available_now_stops_at_the_offsets_seen_when_it_started(bootstrap, topic_factory):
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, records(20))
+    source = reader(bootstrap, topic, startingOffsets="earliest")
+    start = source.initialOffset()
+    source.prepareForTriggerAvailableNow()
+    produce(bootstrap, topic, records(5, "late"))
+    end = source.latestOffset(start, ReadAllAvailable())
+    assert end == {topic: {"0": 20}}
+    assert source.latestOffset(end, ReadAllAvailable()) == end, "no more data: the run can finish"
+
+
+def test_data_loss_is_reported_when_planning(bootstrap, topic_factory):
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, records(5))
+    strict = reader(bootstrap, topic)
+    with pytest.raises(DataLossError, match="went back from 80 to 5"):
+        strict.partitions({topic: {"0": 80}}, {topic: {"0": 5}})
+    lenient = reader(bootstrap, topic, failOnDataLoss="false")
+    [span] = [p.span for p in lenient.partitions({topic: {"0": 80}}, {topic: {"0": 5}})]
+    assert (span.start, span.end) == (0, 5), "continues from the earliest available offset"
+
+
+def test_read_never_goes_past_the_end_of_its_range(bootstrap, topic_factory):
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, records(100))
+    source = reader(bootstrap, topic, startingOffsets="earliest", arrowBatchSize=16)
+    [partition] = source.partitions({topic: {"0": 10}}, {topic: {"0": 60}})
+    started = time.monotonic()
+    batches = list(source.read(partition))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(10, 60))
+    assert max(b.num_rows for b in batches) <= 16
+    assert time.monotonic() - started < 10

@@ -1,0 +1,157 @@
+"""Decoding in the epochwatch-kafka source: every event type, both wire formats, and a flood of
+malformed records that must all reach the dead-letter topic while every good record flows."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from kafka_io_support import BatchCollector, consume_all, kafka_stream, produce, run_available_now, sample_events
+
+from streaming import events
+from udfs import avro_codec, event_columns
+from udfs.dead_letters import SOURCE_HEADERS, headers_to_dict, publish_dead_letter_rows
+from udfs.kafka_sink import event_key
+
+pytestmark = pytest.mark.spark
+
+EVENT_COLUMNS = tuple(f.name for f in event_columns.event_fields())
+
+
+def as_event(row: dict) -> dict:
+    """A decoded row back in the event dict form (ms timestamps, only the type's own fields)."""
+    event = {"event_type": row["event_type"]}
+    for name in events.field_names(row["event_type"]):
+        value = row[name]
+        event[name] = int(value.timestamp() * 1000) if name == "event_time" else value
+    return event
+
+
+@pytest.mark.parametrize("decode", ["avro", "avro-schemaless"])
+def test_every_event_type_decodes_to_its_columns(spark, bootstrap, topic_factory, decode):
+    topic = topic_factory(partitions=2)
+    produced_events = sample_events(per_type=3)
+    if decode == "avro":
+        records = [(event_key(e).encode(), avro_codec.encode(e)) for e in produced_events]
+    else:
+        records = [(event_key(e).encode(), avro_codec.encode_schemaless(e),
+                    [(avro_codec.EVENT_TYPE_HEADER, e["event_type"].encode())]) for e in produced_events]
+    produced = produce(bootstrap, topic, records, partitions=2)
+    stream = kafka_stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest", decode=decode)
+    assert tuple(stream.columns) == event_columns.decoded_column_names()
+    collected, _ = run_available_now(stream)
+    rows = [dict(zip(stream.columns, r)) for r in collected.rows]
+
+    assert sorted(events.INPUT_EVENT_TYPES) == sorted({r["event_type"] for r in rows})
+    by_id = {r["event_id"]: r for r in rows}
+    assert len(by_id) == len(rows) == len(produced_events)
+    for event in produced_events:
+        row = by_id[event["event_id"]]
+        assert as_event(row) == event
+        foreign = set(EVENT_COLUMNS) - set(events.field_names(event["event_type"]))
+        assert all(row[name] is None for name in foreign), event["event_type"]
+        assert row["dlq_reason"] is None and row["raw_value"] is None
+    where = {(p.partition, p.offset): p.value for p in produced}
+    assert all(where[(r["kafka_partition"], r["kafka_offset"])] is not None and r["kafka_topic"] == topic
+               and r["kafka_timestamp"] is not None for r in rows)
+
+
+ALERT = events.normalize({"event_type": "alert", "event_id": "f:firing", "cluster_id": "c", "event_time": 1,
+                          "alertname": "ClusterSilent", "severity": "critical", "status": "firing", "labels": {},
+                          "annotations": {}, "starts_at": 1, "fingerprint": "f"})
+
+
+def malformed(kind: str, good: bytes, rng: random.Random) -> bytes | None:
+    return {
+        "bad_magic_byte": b"\x07" + good[1:],
+        "unknown_schema_id": b"\x00" + rng.randrange(100, 10**6).to_bytes(4, "big") + good[5:],
+        "truncated_avro": good[:rng.randrange(6, len(good) - 1)],
+        "trailing_bytes": good + bytes(rng.randrange(1, 5)),
+        "unknown_event_type": avro_codec.encode(ALERT),
+        "null_value": None,
+        "truncated_header": good[:rng.randrange(0, 5)],
+        "bad_avro": good.replace(b"flood-", b"\xff\xfe\xfd\xfc\xfb\xfa"),  # invalid UTF-8 in event_id
+    }[kind]
+
+
+KINDS = ("bad_magic_byte", "unknown_schema_id", "truncated_avro", "trailing_bytes", "unknown_event_type",
+         "null_value", "truncated_header", "bad_avro")
+
+
+def flood(per_kind: int = 250, seed: int = 7):
+    """Good events and malformed records of every kind, shuffled together: (records, good events,
+    bad index -> reason)."""
+    rng = random.Random(seed)
+    good_events = []
+    for event in sample_events(per_type=(per_kind * len(KINDS)) // 7 + 1):
+        event = dict(event, event_id=f"flood-{event['event_id']}")
+        good_events.append(event)
+    template = avro_codec.encode(good_events[0])
+    items = [("good", e) for e in good_events] + [(kind, None) for kind in KINDS for _ in range(per_kind)]
+    rng.shuffle(items)
+    records, reasons = [], {}
+    for i, (kind, event) in enumerate(items):
+        key = f"key-{i}".encode()
+        if kind == "good":
+            records.append((key, avro_codec.encode(event)))
+        else:
+            records.append((key, malformed(kind, template, rng)))
+            reasons[key] = kind
+    return records, good_events, reasons
+
+
+def test_malformed_flood_as_rows_then_published_by_the_job(spark, bootstrap, topic_factory):
+    topic, dlq = topic_factory(partitions=4), topic_factory(partitions=1, prefix="dlq")
+    records, good_events, reasons = flood()
+    produced = {p.key: p for p in produce(bootstrap, topic, records, partitions=4)}
+    published: Counter = Counter()
+    columns = ("event_id", "event_type", "dlq_reason", "dlq_detail", "kafka_partition", "kafka_offset", "raw_key",
+               "raw_value")
+
+    def publish(df, batch_id):  # what the job does in foreachBatch
+        published.update(publish_dead_letter_rows(df.where("dlq_reason IS NOT NULL").toLocalIterator(),
+                                                  bootstrap, dlq))
+
+    stream = kafka_stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest", decode="avro")
+    collector, _ = run_available_now(stream, collector=BatchCollector(columns, also=publish))
+    rows = [dict(zip(columns, r)) for r in collector.rows]
+
+    good_rows = [r for r in rows if r["event_type"] is not None]
+    assert sorted(r["event_id"] for r in good_rows) == sorted(e["event_id"] for e in good_events)
+    bad_rows = [r for r in rows if r["event_type"] is None]
+    assert Counter(r["dlq_reason"] for r in bad_rows) == Counter(reasons.values())
+    for row in bad_rows:
+        key = bytes(row["raw_key"])
+        assert row["dlq_reason"] == reasons[key] and row["dlq_detail"]
+        assert (row["kafka_partition"], row["kafka_offset"]) == (produced[key].partition, produced[key].offset)
+        assert (None if row["raw_value"] is None else bytes(row["raw_value"])) == produced[key].value
+
+    assert published == Counter(reasons.values()), "the job-side publisher returns counts by reason"
+    check_dead_letter_topic(bootstrap, dlq, topic, produced, reasons)
+
+
+def test_malformed_flood_produced_to_the_dead_letter_topic_by_the_source(spark, bootstrap, topic_factory):
+    topic, dlq = topic_factory(partitions=4), topic_factory(partitions=1, prefix="dlq")
+    records, good_events, reasons = flood(per_kind=200, seed=11)
+    produced = {p.key: p for p in produce(bootstrap, topic, records, partitions=4)}
+    stream = kafka_stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest", decode="avro",
+                          deadLetterTopic=dlq)
+    collected, _ = run_available_now(stream.select("event_id", "event_type", "dlq_reason"))
+    assert all(r[1] is not None and r[2] is None for r in collected.rows), "dead letters are not rows here"
+    assert sorted(r[0] for r in collected.rows) == sorted(e["event_id"] for e in good_events)
+    check_dead_letter_topic(bootstrap, dlq, topic, produced, reasons)
+
+
+def check_dead_letter_topic(bootstrap, dlq, source_topic, produced, reasons) -> None:
+    letters = consume_all(bootstrap, dlq, expected=len(reasons))
+    assert len(letters) == len(reasons), "every malformed record once in the dead-letter topic"
+    for letter in letters:
+        headers = headers_to_dict(letter.headers())
+        original = produced[letter.key()]
+        assert headers["epochwatch.dlq.reason"] == reasons[letter.key()]
+        assert headers["epochwatch.dlq.detail"]
+        assert [headers[h] for h in SOURCE_HEADERS[:3]] == [source_topic, str(original.partition),
+                                                             str(original.offset)]
+        assert int(headers["epochwatch.source.timestamp"]) > 0
+        assert letter.value() == original.value
