@@ -89,9 +89,10 @@ class KeyEngine:
             ready_count += 1
         ready, self.buffer = pending[:ready_count], pending[ready_count:]
         deadline = self._deadline(self.horizon)
+        floor = self.horizon  # evaluations never go back in time
         for ev in ready:
             t = ev["event_time"]
-            if t < self.horizon:
+            if t < floor:
                 out.late += 1  # arrived after we evaluated its time (processing-time mode only)
             while deadline is not None and deadline < t:
                 self._evaluate(deadline, out)
@@ -104,8 +105,8 @@ class KeyEngine:
             if introduced is not None and introduced > t and (deadline is None or introduced < deadline):
                 deadline = introduced
             if self.table.dirty:
-                self._evaluate(t, out)
-                deadline = self._deadline(t)
+                self._evaluate(max(t, floor), out)
+                deadline = self._deadline(max(t, floor))
         while deadline is not None and deadline <= horizon:
             self._evaluate(deadline, out)
             deadline = self._deadline(deadline)

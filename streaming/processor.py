@@ -4,8 +4,9 @@ It declares every state variable once in ``init``, turns input rows into event d
 engine for one step, stores the state back and registers one timer for the next deadline.
 No rule logic lives here. Grouping key: (cluster_id, kind, shard) -- see streaming.routing.
 
-Time: in EventTime mode (replay, demo) the horizon is the watermark (or this key's newest event
-minus the allowed lateness, which the watermark's promise makes equally safe). In ProcessingTime
+Time: in EventTime mode (replay, demo) the horizon is the watermark Spark hands the operator, and
+nothing later: Spark drops late rows with the *previous* batch's watermark, so a row up to one
+batch older than this key's newest event minus the lateness can still arrive. In ProcessingTime
 mode (the live job) the horizon is wall-clock time minus how far this key's events trail it
 (clamped to the allowed lateness), so a cluster that goes silent is still noticed by a timer.
 """
@@ -74,8 +75,6 @@ class EpochwatchProcessor(StatefulProcessor):
         newest = max((ev["event_time"] for ev in events), default=None)
         if self.event_time_mode:
             horizon = timerValues.getCurrentWatermarkInMs()
-            if newest is not None:
-                horizon = max(horizon, newest - self.lateness_ms)
         else:
             now = timerValues.getCurrentProcessingTimeInMs()
             if newest is not None:

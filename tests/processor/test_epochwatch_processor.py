@@ -38,6 +38,9 @@ def test_state_is_one_row_per_broker_and_inspectable():
     """Why: on-call inspects state with format('statestore'); one row per broker is readable."""
     tester = event_time_tester()
     tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
+    assert tester.peekListState("brokers", KEY) == []  # nothing applied before the watermark passes
+    assert len(tester.peekListState("buffer", KEY)) == 30
+    tester.setWatermark(T0 + 20000)
     brokers = tester.peekListState("brokers", KEY)
     assert sorted(row[0] for row in brokers) == [1, 2, 3]
     assert {row[1] for row in brokers} == {"ACTIVE"}
@@ -86,7 +89,8 @@ def test_dead_letter_rows_pass_through_untouched():
 def test_invalid_event_becomes_a_dead_letter_not_state():
     tester = event_time_tester()
     bad = heartbeats((1,), 0, 2000)[0] | {"broker_id": -3}
-    out = tester.testInPandas(KEY, frame(heartbeats((1, 2), 0, 4000) + [bad]))
+    tester.testInPandas(KEY, frame(heartbeats((1, 2), 0, 4000) + [bad]))
+    out = tester.setWatermark(T0 + 4000)
     letters = [json.loads(p) for k, p in zip(out["kind"], out["payload"]) if k == "dead_letter"]
     assert letters and "negative" in letters[0]["detail"]
     assert sorted(r[0] for r in tester.peekListState("brokers", KEY)) == [1, 2]
