@@ -154,6 +154,9 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
         out.write(f"\n{len(alerts)} alert records: {len(in_kafka)} read back from topic {k.alerts_topic}; "
                   f"{len(in_dlq)} malformed records in {k.dlq_topic}\n")
         ok = len(in_kafka) == len(alerts) and len(in_dlq) == len(GARBAGE)
+        if len(truths) > 1:
+            out.write("(each scenario is judged up to the end of its own script: a cluster whose script ends "
+                      "first then looks silent to the monitor, which is not part of its incident)\n")
         for cluster, rep in check_per_cluster(alerts, truths).items():
             out.write(rep.summary() + "\n")
             ok = ok and rep.ok

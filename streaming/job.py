@@ -63,6 +63,9 @@ class KafkaOutputSink:
 
     def close(self) -> None:
         self.producer.flush()
+        # drop the librdkafka handles now, not at garbage collection, so that they stop
+        # reconnecting (and logging) once the job is done
+        self.producer = self.dead_letters = None
 
 
 class ProgressListener(StreamingQueryListener):
