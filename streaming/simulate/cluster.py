@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 from streaming.config import RuleSettings
 from streaming.simulate.kip601 import setup_timeout_ms
-from streaming.simulate.model import BrokerProcess, Client, ClusterShape, Group, topic_name
+from streaming.simulate.model import BrokerProcess, Client, ClusterShape, Group, SimulationError, topic_name
 
 APPLY_JITTER_MS = 20
 OFFSET_STEP_MAX = 500
@@ -32,6 +32,10 @@ OFFSET_STEP_MAX = 500
 class ClusterSim:
     def __init__(self, shape: ClusterShape, settings: RuleSettings, *, seed: int, start_ms: int):
         self.shape = shape.validate()
+        for key, value in (("broker.heartbeat.interval.ms", settings.broker_heartbeat_interval_ms),
+                           ("metadata.max.age.ms", settings.metadata_max_age_ms)):
+            if value < 1:
+                raise SimulationError(f"rules.{key}", f"{value} cannot drive a simulation", "use a positive value")
         self.settings = settings
         self.seed = seed
         self.cluster_id = shape.cluster_id
@@ -47,6 +51,7 @@ class ClusterSim:
         self._hb_interval = settings.broker_heartbeat_interval_ms
         self._hb_jitter = self._hb_interval // 100
         self._refresh_ms = settings.metadata_max_age_ms
+        self._connect_ratio = shape.connection_attempt_ratio
 
         self.controller_id = shape.controller_ids[0]
         self.controller_epoch = 1 + rng.randrange(20)
@@ -195,12 +200,11 @@ class ClusterSim:
         c, gen, forced = arg
         if gen != c.gen or c.failed:
             return
-        rng = self.rng
-        if forced is None and c.known is self.listed_ids and c.avoid_broker < 0 and self._pickable:
+        rng, pickable = self.rng, self._pickable
+        if forced is None and c.known is self.listed_ids and c.avoid_broker < 0 and pickable:
             # the hot path of the steady state, inlined: a fresh answer from a broker it knows
-            pickable = self._pickable
             p = pickable[int(rng.random() * len(pickable))]
-            connect = rng.random() < self.shape.connection_attempt_ratio
+            connect = rng.random() < self._connect_ratio
             epoch = p.applied_epoch
             if not connect and epoch >= c.accepted_epoch:
                 now = self.now

@@ -43,17 +43,16 @@ class ClusterShape:
     none_strategy_every: int = 4              # every Nth client runs metadata.recovery.strategy=none
 
     def validate(self) -> "ClusterShape":
-        def positive(name: str, flag: str, value: int, minimum: int = 1) -> None:
+        def at_least(flag: str, value: int, minimum: int = 1) -> None:
             if value < minimum:
                 raise SimulationError(flag, f"{value} is below {minimum}", f"pass {flag} {max(minimum, 1)} or more")
 
-        positive("brokers", "--brokers", self.brokers)
-        positive("clients", "--clients", self.clients)
-        positive("groups", "--groups", self.groups, 0)
-        positive("partitions_per_group", "partitions_per_group", self.partitions_per_group)
-        positive("metadata_update_interval_ms", "metadata_update_interval_ms", self.metadata_update_interval_ms)
-        positive("commit_interval_ms", "commit_interval_ms", self.commit_interval_ms)
-        positive("none_strategy_every", "none_strategy_every", self.none_strategy_every)
+        at_least("--brokers", self.brokers)
+        at_least("--clients", self.clients)
+        at_least("--groups", self.groups, 0)
+        for name in ("partitions_per_group", "metadata_update_interval_ms", "commit_interval_ms",
+                     "none_strategy_every"):
+            at_least(name, getattr(self, name))
         if not self.cluster_id:
             raise SimulationError("--cluster-id", "is empty", "pass a cluster id such as cluster-a")
         if self.max_apply_lag_ms >= self.metadata_update_interval_ms:
