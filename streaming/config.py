@@ -136,6 +136,8 @@ def _coerce(section: str, f: dataclasses.Field, value: Any) -> Any:
             raise ConfigError(key, f"{value} is negative", "use a value >= 0")
         return value
     if typ.startswith("Mapping"):
+        if value is None:
+            return {}  # a section with every line commented out
         if not isinstance(value, Mapping):
             raise ConfigError(key, "must be a mapping of setting names to values", "indent one 'name: value' per line")
         return {str(k): str(_expand_env(v, f"{key}.{k}")) for k, v in value.items()}
@@ -203,7 +205,10 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
     for dotted, value in (overrides or {}).items():
         section, _, rest = dotted.partition(".")
         raw.setdefault(section, {})
-        if isinstance(raw[section], dict) and rest:
+        if rest.startswith("client.") and section == "kafka":  # a librdkafka setting
+            client = raw[section].setdefault("client", {}) or {}
+            raw[section]["client"] = {**client, rest[len("client."):]: value}
+        elif isinstance(raw[section], dict) and rest:
             raw[section][rest] = value
         else:
             raw[section] = value

@@ -1,0 +1,59 @@
+"""Config errors name the key and the fix; the shipped config is valid; secrets come from the env."""
+
+from pathlib import Path
+
+import pytest
+
+from streaming import config
+from streaming.cli import main
+
+SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "config" / "epochwatch.yaml"
+
+BAD = [
+    ({"rules.controller.heartbeat.timout.ms": 1}, "rules.controller.heartbeat.timout.ms",
+     "did you mean 'rules.controller.heartbeat.timeout.ms'", "1-a typo gets the nearest real key"),
+    ({"rules.controller.heartbeat.timeout.ms": "abc"}, "rules.controller.heartbeat.timeout.ms", "integer",
+     "2-not a number"),
+    ({"rules.controller.heartbeat.timeout.ms": 1000}, "rules.controller.heartbeat.timeout.ms", "several heartbeat",
+     "3-a timeout below the heartbeat interval would page constantly"),
+    ({"kafka.encoding": "xml"}, "kafka.encoding", "confluent, schemaless", "4-enumerated choice"),
+    ({"sinks.alertmanager.url": "127.0.0.1:9093"}, "sinks.alertmanager.url", "http://", "5-URL without scheme"),
+    ({"rules.socket.connection.setup.timeout.max.ms": 1}, "rules.socket.connection.setup.timeout.max.ms",
+     "at least as large", "6-KIP-601 max below base"),
+    ({"kafka.client.sasl.password": "${EPOCHWATCH_NOT_SET_ANYWHERE}"}, "EPOCHWATCH_NOT_SET_ANYWHERE", "export",
+     "7-a secret reference to an unset variable"),
+    ({"alerting.url": "x"}, "alerting", "one of", "8-unknown section"),
+]
+
+
+@pytest.mark.parametrize("overrides,key,fix,why", BAD, ids=[b[3] for b in BAD])
+def test_errors_name_the_key_and_the_fix(overrides, key, fix, why):
+    with pytest.raises(config.ConfigError) as err:
+        config.load(overrides=overrides)
+    assert key in str(err.value) and fix in str(err.value)
+
+
+def test_shipped_config_is_valid_and_uses_kafka_defaults():
+    settings = config.load(SHIPPED)
+    assert settings.rules.controller_heartbeat_timeout_ms == 9000
+    assert settings.rules.rebootstrap_trigger_ms == 300_000
+    assert settings.rules.connection_setup_timeout_max_ms == 30_000
+
+
+def test_secrets_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("EPOCHWATCH_TEST_SECRET", "s3cret")
+    settings = config.load(overrides={"kafka.client": {"sasl.password": "${EPOCHWATCH_TEST_SECRET}"}})
+    assert settings.kafka.client["sasl.password"] == "s3cret"
+
+
+def test_validate_config_command_exit_codes(tmp_path, capsys):
+    assert main(["validate-config", "--config", str(SHIPPED), "--quiet"]) == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  controller.heartbeat.timeout.ms: nine\n")
+    assert main(["validate-config", "--config", str(bad)]) == 2
+    assert "controller.heartbeat.timeout.ms" in capsys.readouterr().err
+
+
+def test_missing_file_is_a_clear_error():
+    with pytest.raises(config.ConfigError, match="does not exist"):
+        config.load("/nonexistent/epochwatch.yaml")
