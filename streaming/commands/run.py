@@ -42,12 +42,21 @@ def build_sinks(settings: config.Settings, console: bool):
     if settings.sinks.metrics_port:
         metrics.serve(settings.sinks.metrics_port, settings.sinks.metrics_address)
     sinks = [KafkaOutputSink(settings), metrics]
+    from streaming.job import read_alert_history
+    from streaming.sinks.alert_book import latest_alert_states
+
+    # After a restart: what was firing is re-sent and counted again (the alerts topic is the record).
+    latest = list(latest_alert_states(read_alert_history(settings)).values())
+    metrics.seed_alerts(latest)
     if settings.sinks.alertmanager_url:
         from streaming.sinks.alertmanager import AlertmanagerSink
 
-        sinks.append(AlertmanagerSink(settings.sinks.alertmanager_url,
-                                      resend_interval_s=settings.sinks.alertmanager_resend_interval_s,
-                                      metrics=metrics))
+        port = settings.sinks.metrics_port or 9464
+        am = AlertmanagerSink(settings.sinks.alertmanager_url,
+                              resend_interval_s=settings.sinks.alertmanager_resend_interval_s, metrics=metrics,
+                              generator_url=f"http://{settings.sinks.metrics_address}:{port}/metrics")
+        am.seed(latest)
+        sinks.append(am)
     if console:
         sinks.append(ConsoleSink())
     return sinks, metrics
