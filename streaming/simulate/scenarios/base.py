@@ -102,5 +102,13 @@ class Script:
     def allow(self, alertname: str, *, why: str, **labels) -> None:
         self.allowed.append(AllowedAlert(alertname, self._labels(labels), why))
 
+    def allow_lag_while_silent(self, broker_ids, behind_ms: int) -> None:
+        """A broker that stopped applying updates may be reported as lagging until the engine can
+        tell it is down; with metadata.lag.grace.ms below that time a correct engine may fire."""
+        if self.settings.metadata_lag_grace_ms <= behind_ms:
+            for bid in broker_ids:
+                self.allow("BrokerMetadataLag", broker_id=bid,
+                           why=f"metadata.lag.grace.ms is within the {behind_ms} ms it is silent but not yet inactive")
+
     def _labels(self, labels: dict) -> dict[str, str]:
         return {"cluster": self.sim.cluster_id, **{k: str(v) for k, v in labels.items()}}

@@ -36,6 +36,7 @@ def rolling_restart(x: Script) -> None:
         x.expect("BrokerRestarted", broker_id=bid, not_before=back, not_after=back + x.slack,
                  why="a higher incarnation heartbeats after a controlled shutdown")
         t = back + 2 * x.interval + x.shape.max_apply_lag_ms  # next one once this one serves again
+    x.allow_lag_while_silent(x.broker_ids, s.controller_heartbeat_timeout_ms)
     x.end_after(t)
 
 
@@ -98,6 +99,7 @@ def zombie_incarnation(x: Script) -> None:
     x.expect("BrokerIncarnationRegression", broker_id=k, not_before=zombie_at[0], not_after=zombie_at[0] + x.slack,
              resolves_by=zombie_at[-1] + T + x.slack, why="a heartbeat of a lower incarnation after a higher one")
     x.allow("BrokerRestarted", broker_id=k, why="the crash-restart itself is a restart")
+    x.allow_lag_while_silent([k], restart_after + x.shape.max_apply_lag_ms)
     if zombie_beats >= s.duplicate_min_heartbeats:
         x.allow("DuplicateBrokerId", broker_id=k, why="broker.duplicate.min.heartbeats is this low")
     x.end_after(zombie_at[-1] + T + x.slack)
@@ -145,8 +147,7 @@ def flapping_broker(x: Script) -> None:
         returns.append(t + silence)
         t += silence + up
     x.allow("BrokerHeartbeatTimeout", broker_id=k, why="each silence outlasts the timeout")
-    if silence >= s.metadata_lag_grace_ms:
-        x.allow("BrokerMetadataLag", broker_id=k, why="each silence outlasts metadata.lag.grace.ms")
+    x.allow_lag_while_silent([k], silence)
 
     def truth() -> None:
         first_last_hb = x.facts("cut_from_controller")[0][3]
@@ -176,10 +177,17 @@ def cluster_silent(x: Script) -> None:
         x.at(t, lambda bid=bid: resume(bid))
 
     def truth() -> None:
-        last = [f[3] for f in x.facts("heartbeats_paused")]
+        paused = x.facts("heartbeats_paused")
+        last = [f[3] for f in paused]
         x.expect("ClusterSilent", not_before=min(last), not_after=max(last) + T + P + x.slack,
                  resolves_by=min(resume_at.values()) + x.slack, max_count=1,
                  why="no broker of the cluster heartbeats for controller.heartbeat.timeout.ms")
+        for _, _, bid, last_hb in paused:
+            # Its timeout is due (last + T + P) before the cluster has been silent for T
+            # (latest + T): no engine can know yet that the whole cluster went quiet.
+            if max(last) - last_hb > P:
+                x.allow("BrokerHeartbeatTimeout", broker_id=bid,
+                        why="heartbeat.timeout.pending.ms is shorter than the spread of the last heartbeats")
     x.after_run(truth)
     x.end_after(max(resume_at.values()) + x.slack)
 
@@ -199,6 +207,7 @@ def broker_not_returned(x: Script) -> None:
     T, stop = s.controller_heartbeat_timeout_ms, t0 + _stopping_ms(x)
     x.at(t0, lambda: sim.set_target_state(x.broker(k), "STOPPING"))
     x.at(stop, lambda: sim.stop_process(x.broker(k)))
+    x.allow_lag_while_silent([k], T)
 
     def truth() -> None:
         last_hb = x.facts("process_stopped")[0][4]

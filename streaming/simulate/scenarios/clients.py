@@ -52,6 +52,7 @@ def all_brokers_replaced(x: Script) -> None:
         x.at(gone, lambda bid=bid: sim.stop_process(x.broker(bid)))
     for i, bid in enumerate(new_ids):
         x.at(gone + 200 + 50 * i, lambda bid=bid: sim.start_process(bid))
+    x.allow_lag_while_silent(old_ids, s.controller_heartbeat_timeout_ms)
     # every client's next refresh finds no known broker: "none" clients stay stuck
     overdue_by = gone + s.metadata_max_age_ms + s.rebootstrap_trigger_ms + shape.metadata_retry_ms + x.slack
 
