@@ -173,3 +173,24 @@ def test_min_count_needs_that_many_firings_in_the_window():
     two = one + [rec("StaleMetadataResponse", 11_000, client_id="b", broker_id="2")]
     assert [f.kind for f in check(one, truth).findings] == ["missing"]
     assert check(two, truth).ok
+
+
+UNUSUAL = [
+    ("pending below the heartbeat spread", dict(broker_heartbeat_interval_ms=3000, controller_heartbeat_timeout_ms=7000,
+                                                heartbeat_timeout_pending_ms=1000)),
+    ("lag grace below the heartbeat timeout", dict(metadata_lag_grace_ms=5000, stale_incident_quiet_ms=5000)),
+]
+
+
+@pytest.mark.parametrize("name", ["cluster_silent", "rolling_restart", "broker_not_returned", "all_brokers_replaced",
+                                  "flapping_broker", "zombie_incarnation"])
+@pytest.mark.parametrize("label,overrides", UNUSUAL, ids=[u[0] for u in UNUSUAL])
+def test_truth_allows_what_no_engine_can_avoid_under_unusual_thresholds(name, label, overrides):
+    # Why: the truth must stay fair when thresholds make an alert unavoidable (e.g. a broker's
+    # timeout falls due before the whole cluster has been silent long enough to say so).
+    from streaming.local import detect_all
+
+    result = run_scenario(name, settings=scenario_settings(**overrides))
+    truth = result.truth
+    report = check(detect_all(result.events, truth.rule_settings(), until=truth.end_ms), truth)
+    assert report.ok, report.summary()
