@@ -52,6 +52,7 @@ class ClusterSim:
         self._hb_jitter = self._hb_interval // 100
         self._refresh_ms = settings.metadata_max_age_ms
         self._connect_ratio = shape.connection_attempt_ratio
+        self._apply_jitter = min(APPLY_JITTER_MS, shape.max_apply_lag_ms)  # lag + jitter <= max lag
 
         self.controller_id = shape.controller_ids[0]
         self.controller_epoch = 1 + rng.randrange(20)
@@ -114,7 +115,7 @@ class ClusterSim:
         rng, max_lag = self.rng, self.shape.max_apply_lag_ms
         self._next_incarnation += 1 + rng.randrange(50)
         p = BrokerProcess(broker_id, self._next_incarnation, str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-                          rng.randint(0, max(0, max_lag - APPLY_JITTER_MS)))
+                          rng.randint(0, max_lag - self._apply_jitter))
         self.processes.append(p)
         return p
 
@@ -173,7 +174,7 @@ class ClusterSim:
             if not p.alive:
                 continue
             if p.reaches_controller:
-                self.at(now + p.apply_lag_ms + rng.randrange(APPLY_JITTER_MS + 1), self._apply, (p, update))
+                self.at(now + p.apply_lag_ms + rng.randrange(self._apply_jitter + 1), self._apply, (p, update))
             else:
                 self.facts.append(("missed_update", now, p.broker_id, epoch))
 
@@ -282,7 +283,7 @@ class ClusterSim:
         self._seq += 1
         heapq.heappush(self._heap, (now + self.shape.commit_interval_ms, self._seq, self._commit_tick, g))
         c = g.member
-        if g.paused or c.failed or c.failing_since >= 0 or c.accepted_epoch < 0:
+        if c.failed or c.failing_since >= 0 or c.accepted_epoch < 0:
             return
         epoch, rng, out, offsets, epochs = c.accepted_epoch, self.rng, self._out, g.offsets, g.epochs
         for partition in range(len(offsets)):
@@ -297,47 +298,33 @@ class ClusterSim:
 
     # --- events that scenarios also emit directly -----------------------------------------------
 
-    def _next_id(self) -> str:
+    def _emit(self, event_type: str, **fields) -> None:
+        """Append an event: the common fields first, then ``fields`` in schema order."""
         self._event_no += 1
-        return f"{self._id_prefix}{self._event_no}"
+        self._out.append({"event_type": event_type, "event_id": f"{self._id_prefix}{self._event_no}",
+                          "cluster_id": self.cluster_id, "event_time": self.now, **fields})
 
     def emit_metadata_response(self, c: Client, broker_id: int, epoch: int, error_code: int,
                                broker_count: int, response_cluster_id: str | None) -> None:
-        self._out.append({
-            "event_type": "metadata_response", "event_id": self._next_id(), "cluster_id": self.cluster_id,
-            "event_time": self.now, "client_id": c.client_id, "broker_id": broker_id, "metadata_epoch": epoch,
-            "error_code": error_code, "broker_count": broker_count, "response_cluster_id": response_cluster_id,
-        })
+        self._emit("metadata_response", client_id=c.client_id, broker_id=broker_id, metadata_epoch=epoch,
+                   error_code=error_code, broker_count=broker_count, response_cluster_id=response_cluster_id)
 
     def emit_metadata_failed(self, c: Client, node_id: int | None, reason: str) -> None:
-        self._out.append({
-            "event_type": "metadata_request_failed", "event_id": self._next_id(), "cluster_id": self.cluster_id,
-            "event_time": self.now, "client_id": c.client_id, "node_id": node_id, "reason": reason,
-        })
+        self._emit("metadata_request_failed", client_id=c.client_id, node_id=node_id, reason=reason)
 
     def emit_connection_attempt(self, c: Client, node_id: int, outcome: str, timeout_ms: int, failures: int) -> None:
-        self._out.append({
-            "event_type": "connection_attempt", "event_id": self._next_id(), "cluster_id": self.cluster_id,
-            "event_time": self.now, "client_id": c.client_id, "node_id": node_id, "outcome": outcome,
-            "setup_timeout_ms": timeout_ms, "consecutive_failures": failures,
-        })
+        self._emit("connection_attempt", client_id=c.client_id, node_id=node_id, outcome=outcome,
+                   setup_timeout_ms=timeout_ms, consecutive_failures=failures)
 
     def emit_commit(self, g: Group, partition: int, offset: int, epoch: int) -> None:
-        g.offsets[partition], g.epochs[partition] = offset, epoch
-        self._out.append({
-            "event_type": "offset_commit", "event_id": self._next_id(), "cluster_id": self.cluster_id,
-            "event_time": self.now, "group_id": g.group_id, "topic": g.topic, "partition": partition,
-            "offset": offset, "metadata_epoch": epoch,
-        })
+        self._emit("offset_commit", group_id=g.group_id, topic=g.topic, partition=partition, offset=offset,
+                   metadata_epoch=epoch)
 
     def rebootstrap(self, c: Client, reason: str, cluster_id_after: str | None = None) -> None:
         """The client re-resolves bootstrap.servers (KIP-899 / KIP-1102)."""
         self.facts.append(("rebootstrap", self.now, c.client_id, reason))
-        self._out.append({
-            "event_type": "client_rebootstrap", "event_id": self._next_id(), "cluster_id": self.cluster_id,
-            "event_time": self.now, "client_id": c.client_id, "reason": reason,
-            "cluster_id_before": self.cluster_id, "cluster_id_after": cluster_id_after or self.cluster_id,
-        })
+        self._emit("client_rebootstrap", client_id=c.client_id, reason=reason, cluster_id_before=self.cluster_id,
+                   cluster_id_after=cluster_id_after or self.cluster_id)
         c.known, c.failing_since = None, -1
 
     # --- scenario controls (call them from actions: they act at ``now``) ------------------------

@@ -53,6 +53,10 @@ class ClusterShape:
         for name in ("partitions_per_group", "metadata_update_interval_ms", "commit_interval_ms",
                      "none_strategy_every"):
             at_least(name, getattr(self, name))
+        at_least("max_apply_lag_ms", self.max_apply_lag_ms, 0)
+        if not 0 <= self.connection_attempt_ratio <= 1:
+            raise SimulationError("connection_attempt_ratio", f"{self.connection_attempt_ratio} is not a share",
+                                  "use a value between 0 and 1")
         if not self.cluster_id:
             raise SimulationError("--cluster-id", "is empty", "pass a cluster id such as cluster-a")
         if self.max_apply_lag_ms >= self.metadata_update_interval_ms:
@@ -101,7 +105,6 @@ class Group:
     member: Client
     offsets: list[int] = field(default_factory=list)
     epochs: list[int] = field(default_factory=list)   # metadata epoch of the last commit per partition
-    paused: bool = False
 
 
 def topic_name(index: int) -> str:
