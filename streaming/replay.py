@@ -50,38 +50,72 @@ def rows_to_batch(rows: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def stage_jsonl(source: IO[str], name: str, out_dir: Path, chunk_events: int, progress=None) -> ReplayStats:
-    """Validate and write the events as numbered Parquet chunks; returns counts."""
-    stats = ReplayStats()
-    chunk: list[dict] = []
-    index = 0
+class ParquetStager:
+    """Writes event dicts as numbered Parquet chunks the file source reads one per micro-batch."""
 
-    def flush():
-        nonlocal index, chunk
-        if not chunk:
+    def __init__(self, out_dir: Path, chunk_events: int, progress=None):
+        self.out_dir, self.chunk_events, self.progress = out_dir, chunk_events, progress
+        self.stats = ReplayStats()
+        self._chunk: list[dict] = []
+
+    def add(self, row: dict, *, bad: bool = False) -> None:
+        if bad:
+            self.stats.bad_lines += 1
+        else:
+            self.stats.events += 1
+        self._chunk.append(row)
+        if len(self._chunk) >= self.chunk_events:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._chunk:
             return
-        path = out_dir / f"chunk-{index:06d}.parquet"
-        pq.write_table(pa.Table.from_batches([rows_to_batch(chunk)]), path)
+        index = self.stats.batches
+        path = self.out_dir / f"chunk-{index:06d}.parquet"
+        pq.write_table(pa.Table.from_batches([rows_to_batch(self._chunk)]), path)
         # the file source orders by modification time: make it follow the chunk order
         os.utime(path, (1_000_000 + index, 1_000_000 + index))
-        index += 1
-        chunk = []
-        if progress:
-            progress(stats)
+        self.stats.batches += 1
+        self._chunk = []
+        if self.progress:
+            self.progress(self.stats)
 
+
+def stage_events(events: Iterable[dict], out_dir: Path, chunk_events: int, progress=None) -> ReplayStats:
+    stager = ParquetStager(out_dir, chunk_events, progress)
+    for ev in events:
+        stager.add(ev)
+    stager.flush()
+    return stager.stats
+
+
+def stage_jsonl(source: IO[str], name: str, out_dir: Path, chunk_events: int, progress=None) -> ReplayStats:
+    """Validate and write the events as numbered Parquet chunks; a bad line becomes a dead letter."""
+    stager = ParquetStager(out_dir, chunk_events, progress)
     for item in events.read_jsonl(source):
         if isinstance(item, events.JsonLinesError):
-            stats.bad_lines += 1
-            chunk.append({"dlq_reason": "bad_json_line", "dlq_detail": item.reason, "kafka_topic": name,
-                          "kafka_offset": item.line_no, "raw_value": item.raw.encode()})
+            stager.add({"dlq_reason": "bad_json_line", "dlq_detail": item.reason, "kafka_topic": name,
+                        "kafka_offset": item.line_no, "raw_value": item.raw.encode()}, bad=True)
         else:
-            stats.events += 1
-            chunk.append(item)
-        if len(chunk) >= chunk_events:
-            flush()
-    flush()
-    stats.batches = index
-    return stats
+            stager.add(item)
+    stager.flush()
+    return stager.stats
+
+
+def run_staged(spark, settings: Settings, staged: Path, sinks: list[Sink], checkpoint: str, api: str = "pandas"):
+    """The detection query over staged chunks (EventTime, availableNow); returns the finished query."""
+    stream = spark.readStream.schema(spark_schema(True)).option("maxFilesPerTrigger", 1).parquet(str(staged))
+    dispatcher = Dispatcher(sinks)
+    query = (detect(stream, settings.rules, EVENT_TIME, api=api).writeStream
+             .foreachBatch(dispatcher)
+             .option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True)
+             .start())
+    query.awaitTermination()
+    dispatcher.close()
+    if query.exception():
+        raise RuntimeError(f"the replay query failed: {query.exception()}")
+    return query
 
 
 def replay(spark, settings: Settings, source: IO[str], name: str, sinks: list[Sink],
@@ -92,21 +126,11 @@ def replay(spark, settings: Settings, source: IO[str], name: str, sinks: list[Si
         staged.mkdir()
         stats = stage_jsonl(source, name, staged, chunk_events, progress)
         started = time.monotonic()
-        stream = (spark.readStream.schema(spark_schema(True)).option("maxFilesPerTrigger", 1)
-                  .parquet(str(staged)))
-        dispatcher = Dispatcher(sinks)
-        query = (detect(stream, settings.rules, EVENT_TIME).writeStream
-                 .foreachBatch(dispatcher)
-                 .option("checkpointLocation", checkpoint or str(work / "checkpoint"))
-                 .trigger(availableNow=True)
-                 .queryName(f"epochwatch-replay-{os.getpid()}")
-                 .start())
-        query.awaitTermination()
+        query = run_staged(spark, settings, staged, sinks, checkpoint or str(work / "checkpoint"))
         for p in query.recentProgress:
-            for op in p.get("stateOperators", []) if isinstance(p, dict) else []:
+            for op in p["stateOperators"]:
                 stats.late_dropped += op.get("numRowsDroppedByWatermark", 0)
         stats.seconds = time.monotonic() - started
-        dispatcher.close()
         return stats
     finally:
         shutil.rmtree(work, ignore_errors=True)

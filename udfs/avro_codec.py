@@ -145,8 +145,11 @@ def _read(event_type: str, value: bytes, offset: int) -> dict:
     stream.seek(offset)
     try:
         record = fastavro.schemaless_reader(stream, events.parsed_schema(event_type), None)
-    except (EOFError, StopIteration, IndexError, struct.error) as exc:
+    except (EOFError, StopIteration, struct.error) as exc:
         raise DecodeError("truncated_avro", f"{event_type}: {type(exc).__name__} {exc}") from None
+    except IndexError as exc:  # past the end (truncated) or an enum/union index out of range
+        reason = "truncated_avro" if stream.tell() >= len(value) else "bad_avro"
+        raise DecodeError(reason, f"{event_type}: IndexError {exc}") from None
     except (ValueError, UnicodeDecodeError, TypeError, OverflowError) as exc:
         raise DecodeError("bad_avro", f"{event_type}: {type(exc).__name__} {exc}") from None
     if stream.tell() != len(value):

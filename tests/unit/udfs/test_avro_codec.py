@@ -128,8 +128,6 @@ def test_decode_error_reasons(case, call, reason, why):
     assert info.value.detail, f"case {case}: the detail must say what was wrong"
 
 
-@pytest.mark.xfail(strict=True, reason="avro_codec maps fastavro's IndexError (out-of-range enum/union index) "
-                                       "to truncated_avro; reported to the codec owner")
 def test_out_of_range_enum_index_is_bad_avro_not_truncation():
     # Why: the outcome enum sits in the middle of the record; nothing is truncated.
     with pytest.raises(DecodeError) as info:
