@@ -114,7 +114,7 @@ DECODE_ERRORS = [
     (14, lambda: avro_codec.decode_schemaless(BODY + b"\x02", "broker_heartbeat"), "trailing_bytes",
      "schemaless body with a byte too many"),
     (15, lambda: avro_codec.decode_schemaless(avro_codec.encode_schemaless(FAILED), "broker_heartbeat"),
-     "truncated_avro", "a connection_attempt body read as a heartbeat runs out of bytes"),
+     "bad_avro", "a connection_attempt body read as a heartbeat does not fit: an index out of range mid-record"),
     (16, lambda: avro_codec.decode(WIRE[:6] + b"\xff" * (WIRE[5] // 2) + WIRE[6 + WIRE[5] // 2:]), "bad_avro",
      "the event_id string (length byte 5, zigzag) is not UTF-8"),
 ]
