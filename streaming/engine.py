@@ -88,14 +88,19 @@ class KeyEngine:
                 break
             ready_count += 1
         ready, self.buffer = pending[:ready_count], pending[ready_count:]
-        deadline = self._deadline(self.horizon)
         floor = self.horizon  # evaluations never go back in time
+        deadline = self._deadline(floor)
         for ev in ready:
             t = ev["event_time"]
             if t < floor:
                 out.late += 1  # arrived after we evaluated its time (processing-time mode only)
+            if deadline is not None and deadline < t:
+                # The cached deadline may be stale (the entity that set it has been heard from
+                # since): recompute before paying for an evaluation of every entity.
+                deadline = self._deadline(floor)
             while deadline is not None and deadline < t:
                 self._evaluate(deadline, out)
+                floor = deadline
                 deadline = self._deadline(deadline)
             reason = invalid_reason(ev)
             if reason:
@@ -105,8 +110,10 @@ class KeyEngine:
             if introduced is not None and introduced > t and (deadline is None or introduced < deadline):
                 deadline = introduced
             if self.table.dirty:
-                self._evaluate(max(t, floor), out)
-                deadline = self._deadline(max(t, floor))
+                floor = max(t, floor)
+                self._evaluate(floor, out)
+                deadline = self._deadline(floor)
+        deadline = self._deadline(floor)
         while deadline is not None and deadline <= horizon:
             self._evaluate(deadline, out)
             deadline = self._deadline(deadline)

@@ -14,7 +14,7 @@ mode (the live job) the horizon is wall-clock time minus how far this key's even
 from __future__ import annotations
 
 import json
-import math
+import pickle
 from typing import Iterator
 
 import numpy as np
@@ -25,12 +25,15 @@ from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
 from streaming.engine import KeyEngine
 from streaming.rules import records
-from streaming.state_schema import ALERT_SCHEMA, BUFFER_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA, schema_of
+from streaming.state_schema import (ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA,
+                                    schema_of)
 
 OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
-# ListState variables holding one row per entity, by key kind
+# State variable per key kind: brokers and nodes keep one typed ListState row per entity (few,
+# and what on-call inspects); clients and commits keep one JSON array per shard (many).
 ENTITY_STATE = {"brokers": ("brokers", records.BrokerRecord), "clients": ("clients", records.ClientRecord),
                 "nodes": ("nodes", records.NodeRecord), "commits": ("commits", records.CommitRecord)}
+JSON_TABLES = frozenset({"clients", "commits"})
 ENTITY_ID = {"brokers": lambda r: r.broker_id, "clients": lambda r: r.client_id, "nodes": lambda r: r.node_id,
              "commits": lambda r: (r.group_id, r.topic, r.partition)}
 DEAD_LETTER_KIND = "dead_letter"
@@ -47,8 +50,9 @@ class EpochwatchProcessor(StatefulProcessor):
         self.meta = handle.getValueState("meta", META_SCHEMA)
         self.cluster = handle.getValueState("cluster", schema_of(records.ClusterRecord))
         self.alerts = handle.getListState("alerts", ALERT_SCHEMA)
-        self.buffer = handle.getListState("buffer", BUFFER_SCHEMA)
-        self.entities = {name: handle.getListState(name, schema_of(cls)) for name, cls in ENTITY_STATE.values()}
+        self.buffer = handle.getValueState("buffer", BUFFER_SCHEMA)
+        self.entities = {name: handle.getValueState(name, JSON_ROWS_SCHEMA) if name in JSON_TABLES
+                         else handle.getListState(name, schema_of(cls)) for name, cls in ENTITY_STATE.values()}
 
     # --- Spark entry points ---------------------------------------------------------------------
 
@@ -101,7 +105,7 @@ class EpochwatchProcessor(StatefulProcessor):
         name, cls = ENTITY_STATE[kind]
         table, ident = engine.table, ENTITY_ID[kind]
         store = getattr(table, name)
-        for row in self.entities[name].get():
+        for row in self._entity_rows(name):
             rec = records.from_row(cls, row)
             store[ident(rec)] = rec
         if kind == "brokers":
@@ -109,7 +113,8 @@ class EpochwatchProcessor(StatefulProcessor):
             if row is not None:
                 table.cluster = records.from_row(records.ClusterRecord, row)
         engine.tracker = AlertTracker.from_rows(cluster_id, self.settings, self.alerts.get())
-        engine.buffer = [json.loads(r[0]) for r in self.buffer.get()]
+        buffered = self.buffer.get()
+        engine.buffer = pickle.loads(buffered[1]) if buffered else []
         meta = self.meta.get()
         engine.horizon = meta[0] if meta else records.NO_TIME
         return engine
@@ -117,11 +122,23 @@ class EpochwatchProcessor(StatefulProcessor):
     def _store(self, engine: KeyEngine, kind: str) -> None:
         name, _ = ENTITY_STATE[kind]
         rows = [records.to_row(r) for r in getattr(engine.table, name).values()]
-        _put(self.entities[name], rows)
+        if name in JSON_TABLES:
+            _put_json(self.entities[name], rows)
+        else:
+            _put(self.entities[name], rows)
         if kind == "brokers":
             self.cluster.update(records.to_row(engine.table.cluster))
         _put(self.alerts, engine.tracker.to_rows())
-        _put(self.buffer, [(json.dumps(ev, separators=(",", ":")),) for ev in engine.buffer])
+        if engine.buffer:
+            self.buffer.update((len(engine.buffer), pickle.dumps(engine.buffer, protocol=5)))
+        else:
+            self.buffer.clear()
+
+    def _entity_rows(self, name: str):
+        if name not in JSON_TABLES:
+            return self.entities[name].get()
+        stored = self.entities[name].get()
+        return json.loads(stored[1]) if stored else []
 
 
 class EpochwatchRowProcessor(EpochwatchProcessor):
@@ -154,6 +171,13 @@ def _grouping_key(key) -> tuple:
     return key[0] if len(key) == 1 and isinstance(key[0], tuple) else key
 
 
+def _put_json(state, rows: list) -> None:
+    if rows:
+        state.update((len(rows), json.dumps(rows, separators=(",", ":"))))
+    else:
+        state.clear()
+
+
 def _put(state, rows: list[tuple]) -> None:
     if rows:
         state.put(rows)
@@ -170,18 +194,19 @@ def _records(pdf: pd.DataFrame) -> list[dict]:
         return []
     columns = {}
     for name in pdf.columns:
+        if name == "event_time" and "event_ms" in pdf.columns:
+            continue  # replaced by event_ms below
         series = pdf[name]
-        if series.dtype.kind == "f":
+        if series.dtype.kind in "fM":
+            nat = series.isna().to_numpy()
             arr = series.to_numpy()
-            nan = np.isnan(arr)
-            values = np.where(nan, 0, arr).astype("int64").tolist()
-            for i in np.flatnonzero(nan).tolist():
+            if series.dtype.kind == "M":
+                arr = arr.astype("datetime64[ms]").astype("int64")
+            values = np.where(nat, 0, arr).astype("int64").tolist()
+            for i in np.flatnonzero(nat).tolist():
                 values[i] = None
-        elif series.dtype.kind == "M":
-            values = [None if v is None or v is pd.NaT else int(v.value // 1_000_000) for v in series]
         else:
-            values = [None if (v is None or (isinstance(v, float) and math.isnan(v))) else v
-                      for v in series.tolist()]
+            values = series.tolist()  # object columns from Arrow carry None for null
         columns[name] = values
     if "event_ms" in columns:
         columns["event_time"] = columns.pop("event_ms")

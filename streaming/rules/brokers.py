@@ -224,7 +224,8 @@ class BrokerFleet:
             old == "INACTIVE" and b.inactive_reason == "timeout" and new_state == "ACTIVE")
         if flap:
             b.flap_times_ms.append(at)
-        self.dirty = True  # a state change starts or ends incidents: evaluate at its time
+        if old in ("INACTIVE", "STOPPING"):
+            self.dirty = True  # leaving these ends timeout / not-returned / stuck incidents: evaluate now
         if new_state == "ACTIVE" and old in ("INACTIVE", "INITIAL") and b.behind_since_ms != NO_TIME:
             b.behind_since_ms = at
         b.state, b.state_since_ms = new_state, at

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from functools import cache
 
 NO_TIME = -1
 STATES = ("INITIAL", "INACTIVE", "ACTIVE", "STOPPING")
@@ -111,8 +112,13 @@ def first_after(times, t: int) -> int | None:
     return min((x for x in times if x > t), default=None)
 
 
+@cache
+def _names(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
 def to_row(record) -> tuple:
-    return tuple(getattr(record, f.name) for f in fields(record))
+    return tuple(getattr(record, name) for name in _names(type(record)))
 
 
 def from_row(cls, row) -> object:
