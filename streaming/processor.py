@@ -34,6 +34,7 @@ OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
 ENTITY_STATE = {"brokers": ("brokers", records.BrokerRecord), "clients": ("clients", records.ClientRecord),
                 "nodes": ("nodes", records.NodeRecord), "commits": ("commits", records.CommitRecord)}
 JSON_TABLES = frozenset({"clients", "commits"})
+BUFFER_CHUNK = 20_000  # events per buffer row
 ENTITY_ID = {"brokers": lambda r: r.broker_id, "clients": lambda r: r.client_id, "nodes": lambda r: r.node_id,
              "commits": lambda r: (r.group_id, r.topic, r.partition)}
 DEAD_LETTER_KIND = "dead_letter"
@@ -50,7 +51,7 @@ class EpochwatchProcessor(StatefulProcessor):
         self.meta = handle.getValueState("meta", META_SCHEMA)
         self.cluster = handle.getValueState("cluster", schema_of(records.ClusterRecord))
         self.alerts = handle.getListState("alerts", ALERT_SCHEMA)
-        self.buffer = handle.getValueState("buffer", BUFFER_SCHEMA)
+        self.buffer = handle.getListState("buffer", BUFFER_SCHEMA)
         self.entities = {name: handle.getValueState(name, JSON_ROWS_SCHEMA) if name in JSON_TABLES
                          else handle.getListState(name, schema_of(cls)) for name, cls in ENTITY_STATE.values()}
 
@@ -113,8 +114,7 @@ class EpochwatchProcessor(StatefulProcessor):
             if row is not None:
                 table.cluster = records.from_row(records.ClusterRecord, row)
         engine.tracker = AlertTracker.from_rows(cluster_id, self.settings, self.alerts.get())
-        buffered = self.buffer.get()
-        engine.buffer = pickle.loads(buffered[1]) if buffered else []
+        engine.buffer = [ev for _, chunk in self.buffer.get() for ev in pickle.loads(chunk)]
         meta = self.meta.get()
         engine.horizon = meta[0] if meta else records.NO_TIME
         return engine
@@ -129,10 +129,9 @@ class EpochwatchProcessor(StatefulProcessor):
         if kind == "brokers":
             self.cluster.update(records.to_row(engine.table.cluster))
         _put(self.alerts, engine.tracker.to_rows())
-        if engine.buffer:
-            self.buffer.update((len(engine.buffer), pickle.dumps(engine.buffer, protocol=5)))
-        else:
-            self.buffer.clear()
+        # bounded chunks: one huge state value would have to fit the JVM heap in one piece
+        chunks = [engine.buffer[i:i + BUFFER_CHUNK] for i in range(0, len(engine.buffer), BUFFER_CHUNK)]
+        _put(self.buffer, [(len(c), pickle.dumps(c, protocol=5)) for c in chunks])
 
     def _entity_rows(self, name: str):
         if name not in JSON_TABLES:
@@ -211,7 +210,9 @@ def _records(pdf: pd.DataFrame) -> list[dict]:
     if "event_ms" in columns:
         columns["event_time"] = columns.pop("event_ms")
     names = list(columns)
-    return [dict(zip(names, row)) for row in zip(*columns.values())]
+    # A wide row has every event type's columns; an event carries only its own non-null ones
+    # (rules read optional fields with .get), which keeps the dicts and the buffer small.
+    return [{k: v for k, v in zip(names, row) if v is not None} for row in zip(*columns.values())]
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:

@@ -18,6 +18,8 @@ DEFAULTS = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
     "spark.ui.showConsoleProgress": "false",
+    # local mode runs everything in the driver JVM: state values of large micro-batches need room
+    "spark.driver.memory": "4g",
 }
 
 

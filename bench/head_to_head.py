@@ -1,0 +1,220 @@
+"""Head to head on the same pre-loaded topic: the simulated 1,000-broker / 100,000-client fleet's
+steady state with every scripted incident mixed in (each incident its own cluster).
+
+1. epochwatch on Spark (Kafka source -> transformWithState -> alert sink), local[2] and local[1]
+2. a hand-written single-process confluent-kafka + fastavro consumer running the same pure rules
+   (streaming.local.LocalDetector: what a team would write instead)
+3. the raw consume + decode floor
+
+Each engine runs in its own process (peak memory = max RSS of its process tree, sampled).
+Detection latency = wall time an alert record is emitted minus wall time the batch holding its
+triggering events started being read (catch-up latency on a backlog; for live latency at a fixed
+rate see bench/detection_latency.py).
+
+    .venv/bin/python bench/head_to_head.py --events 5000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+TOPIC = "h2h.events"
+PARTITIONS = 8
+
+
+def fleet_events(n: int):
+    from streaming.demo import play_scenarios
+    from streaming.simulate import ClusterShape, steady_state
+
+    incidents, _ = play_scenarios(sorted(__import__("streaming.simulate", fromlist=["SCENARIOS"]).SCENARIOS), seed=3)
+    fleet = steady_state(shape=ClusterShape(cluster_id="fleet", brokers=1000, clients=100_000, groups=2000),
+                         duration_ms=24 * 3600 * 1000, seed=3)
+    merged = heapq.merge(fleet, incidents, key=lambda e: e["event_time"])
+    return itertools.islice(merged, n)
+
+
+def load(bootstrap: str, n: int) -> int:
+    from streaming.demo import load_events
+    from streaming.embedded import create_topics
+    from streaming.simulate.writers import KafkaEventWriter
+
+    create_topics(bootstrap, {TOPIC: PARTITIONS})
+    events = list(fleet_events(n))
+    load_events(KafkaEventWriter(bootstrap, TOPIC), events, PARTITIONS)
+    return len(events)
+
+
+def _tree_rss_mb(pid: int) -> float:
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                stack.extend(int(c) for c in f.read().split())
+        except (OSError, StopIteration):
+            continue
+    return total / 1024
+
+
+def run_engine(engine: str, bootstrap: str, n: int, extra: list[str]) -> dict:
+    proc = subprocess.Popen([sys.executable, __file__, "--engine", engine, "--bootstrap", bootstrap,
+                             "--events", str(n), *extra], stdout=subprocess.PIPE, text=True)
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss_mb(proc.pid))
+        time.sleep(0.5)
+    out = proc.stdout.read().strip().splitlines()
+    if proc.returncode != 0 or not out:
+        raise RuntimeError(f"engine {engine} failed with {proc.returncode}")
+    result = json.loads(out[-1])
+    result["peak_mb"] = peak
+    return result
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+# --- engines (run in a child process) ----------------------------------------------------------
+
+def engine_floor(bootstrap: str, n: int) -> dict:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from udfs import avro_codec
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "h2h-floor", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    started, seen = time.perf_counter(), 0
+    while seen < n:
+        for msg in consumer.consume(10_000, 1.0):
+            if msg.error() is None:
+                avro_codec.decode(msg.value())
+                seen += 1
+    return {"events": seen, "seconds": time.perf_counter() - started, "alerts": 0, "latencies": []}
+
+
+def engine_single(bootstrap: str, n: int, chunk: int = 50_000) -> dict:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from streaming.local import LocalDetector
+    from streaming.simulate import scenario_settings
+    from udfs import avro_codec
+
+    detector = LocalDetector(scenario_settings())
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "h2h-single", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    started, seen, alerts, latencies = time.perf_counter(), 0, 0, []
+    while seen < n:
+        fetched_at, batch = time.perf_counter(), []
+        while len(batch) < chunk and seen + len(batch) < n:
+            batch.extend(avro_codec.decode(m.value()) for m in consumer.consume(10_000, 1.0) if m.error() is None)
+        seen += len(batch)
+        for result in detector.feed(batch):
+            now = time.perf_counter()
+            alerts += len(result.alerts)
+            latencies.extend([now - fetched_at] * len(result.alerts))
+    return {"events": seen, "seconds": time.perf_counter() - started, "alerts": alerts, "latencies": latencies}
+
+
+def engine_spark(bootstrap: str, n: int, master: str) -> dict:
+    import dataclasses
+    import tempfile
+
+    from streaming import config
+    from streaming.job import start
+    from streaming.pipeline import EVENT_TIME
+    from streaming.simulate import scenario_settings
+    from streaming.spark_session import build_session
+
+    spark = build_session("h2h", master=master, conf={"spark.sql.shuffle.partitions": "4"})
+    emitted: list[tuple[int, float, int]] = []
+
+    class Timing:
+        def write(self, batch):
+            emitted.append((batch.batch_id, time.time(), len(batch.alerts)))
+
+        def close(self):
+            pass
+
+    settings = config.load(overrides={"kafka.bootstrap.servers": bootstrap, "kafka.topics.events": TOPIC,
+                                      "kafka.startingOffsets": "earliest", "kafka.maxOffsetsPerTrigger": 250_000})
+    settings = dataclasses.replace(settings, rules=scenario_settings(), checkpoint_location=tempfile.mkdtemp())
+    started = time.perf_counter()
+    query = start(spark, settings, [Timing()], time_mode=EVENT_TIME, available_now=True, query_name="h2h")
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    if query.exception():
+        raise RuntimeError(str(query.exception()))
+    batch_start = {p["batchId"]: _epoch(p["timestamp"]) for p in query.recentProgress}
+    latencies = [t - batch_start[b] for b, t, k in emitted for _ in range(k) if b in batch_start]
+    data = [p for p in query.recentProgress if p["numInputRows"]]
+    return {"events": sum(p["numInputRows"] for p in data), "seconds": seconds,
+            "alerts": sum(k for _, _, k in emitted), "latencies": latencies,
+            "first_batch_s": data[0]["durationMs"]["triggerExecution"] / 1000 if data else 0}
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=5_000_000)
+    ap.add_argument("--engine", choices=["floor", "single", "spark"], help=argparse.SUPPRESS)
+    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    ap.add_argument("--master", default="local[2]", help=argparse.SUPPRESS)
+    ap.add_argument("--skip-local1", action="store_true", help="do not run Spark on local[1]")
+    args = ap.parse_args(argv)
+    if args.engine:
+        result = {"floor": lambda: engine_floor(args.bootstrap, args.events),
+                  "single": lambda: engine_single(args.bootstrap, args.events),
+                  "spark": lambda: engine_spark(args.bootstrap, args.events, args.master)}[args.engine]()
+        print(json.dumps(result))
+        return 0
+
+    from streaming.embedded import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        t = time.perf_counter()
+        n = load(broker.bootstrap_servers, args.events)
+        print(f"loaded {n:,} events in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+        runs = {"3. raw consume + decode floor": run_engine("floor", broker.bootstrap_servers, n, []),
+                "2. hand-written single process, same rules": run_engine("single", broker.bootstrap_servers, n, []),
+                "1. epochwatch on Spark, local[2]": run_engine("spark", broker.bootstrap_servers, n,
+                                                              ["--master", "local[2]"])}
+        if not args.skip_local1:
+            runs["1b. epochwatch on Spark, local[1]"] = run_engine("spark", broker.bootstrap_servers, n,
+                                                                  ["--master", "local[1]"])
+    print(f"\n{n:,} events (1,000-broker / 100,000-client fleet + 16 incident clusters), {PARTITIONS} partitions")
+    print(f"{'engine':46} {'events/s':>9} {'seconds':>8} {'alerts':>7} {'p50 s':>6} {'p99 s':>6} {'peak MB':>8}")
+    for name, r in runs.items():
+        rate = r["events"] / r["seconds"]
+        r["rate"] = rate
+        print(f"{name:46} {rate:>9,.0f} {r['seconds']:>8.1f} {r['alerts']:>7} "
+              f"{_percentile(r['latencies'], .5):>6.2f} {_percentile(r['latencies'], .99):>6.2f} {r['peak_mb']:>8.0f}")
+    spark, single, floor = (runs["1. epochwatch on Spark, local[2]"]["rate"],
+                            runs["2. hand-written single process, same rules"]["rate"],
+                            runs["3. raw consume + decode floor"]["rate"])
+    print(f"ratio 1/2 = {spark / single:.2f} (target >= 1.0); ratio 1/3 = {spark / floor:.2f} (target >= 0.5)")
+    if "1b. epochwatch on Spark, local[1]" in runs:
+        print(f"scaling local[2] / local[1] = {spark / runs['1b. epochwatch on Spark, local[1]']['rate']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
