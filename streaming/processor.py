@@ -107,7 +107,7 @@ class EpochwatchProcessor(StatefulProcessor):
         table, ident = engine.table, ENTITY_ID[kind]
         store = getattr(table, name)
         for row in self._entity_rows(name):
-            rec = records.from_row(cls, row)
+            rec = cls(**row) if isinstance(row, dict) else records.from_row(cls, row)
             store[ident(rec)] = rec
         if kind == "brokers":
             row = self.cluster.get()
@@ -121,11 +121,11 @@ class EpochwatchProcessor(StatefulProcessor):
 
     def _store(self, engine: KeyEngine, kind: str) -> None:
         name, _ = ENTITY_STATE[kind]
-        rows = [records.to_row(r) for r in getattr(engine.table, name).values()]
+        entities = getattr(engine.table, name).values()
         if name in JSON_TABLES:
-            _put_json(self.entities[name], rows)
+            _put_json(self.entities[name], [records.to_dict(r) for r in entities])
         else:
-            _put(self.entities[name], rows)
+            _put(self.entities[name], [records.to_row(r) for r in entities])
         if kind == "brokers":
             self.cluster.update(records.to_row(engine.table.cluster))
         _put(self.alerts, engine.tracker.to_rows())

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType
 
 from streaming import config
 from streaming.dispatch import MemorySink
@@ -32,6 +33,5 @@ def test_state_readable_with_statestore_format(spark, tmp_path):
     assert {r["state"] for r in rows} == {"ACTIVE"}  # the partitioned broker healed at the end
 
     clients = spark.read.format("statestore").option("stateVarName", "clients").load(checkpoint)
-    ddl = "array<" + schema_of(ClientRecord).simpleString()[len("struct"):] + ">"
-    decoded = clients.select(F.explode(F.from_json("value.rows", ddl)).alias("c")).select("c.client_id")
+    decoded = clients.select(F.explode(F.from_json("value.rows", ArrayType(schema_of(ClientRecord)))).alias("c"))
     assert decoded.count() == len({ev["client_id"] for ev in result.events if "client_id" in ev})
