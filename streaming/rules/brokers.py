@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from streaming import events
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
-from streaming.rules.records import NO_TIME, STATES, BrokerRecord, ClusterRecord, first_after
+from streaming.rules.records import NO_TIME, STATES, BrokerRecord, ClusterRecord, expire, first_after
 
 # A controller answer that means "you are an old incarnation" (KIP-343 / KRaft).
 REGRESSION_ERRORS = frozenset({events.INVALID_INCARNATION_ID, events.STALE_BROKER_EPOCH,
@@ -360,13 +360,7 @@ class BrokerFleet:
         return times
 
     def expire(self, now: int, has_open_alert) -> list[int]:
-        """Forget brokers silent for state.entity.expiry.ms with no open alert; returns their ids."""
-        gone = [bid for bid, b in self.brokers.items()
-                if b.last_event_ms != NO_TIME and now - b.last_event_ms >= self.settings.entity_expiry_ms
-                and not has_open_alert(bid)]
-        for bid in gone:
-            del self.brokers[bid]
-        return gone
+        return expire(self.brokers, now, self.settings.entity_expiry_ms, has_open_alert)
 
     def status_rows(self, broker_ids) -> list[dict]:
         newest = self.cluster.newest_epoch

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
-from streaming.rules.records import NO_TIME, ClientRecord, first_after
+from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after
 
 
 @dataclass
@@ -145,12 +145,7 @@ class ClientShard:
         return times
 
     def expire(self, now: int, has_open_alert) -> list[str]:
-        gone = [cid for cid, c in self.clients.items()
-                if c.last_event_ms != NO_TIME and now - c.last_event_ms >= self.settings.entity_expiry_ms
-                and not has_open_alert(cid)]
-        for cid in gone:
-            del self.clients[cid]
-        return gone
+        return expire(self.clients, now, self.settings.entity_expiry_ms, has_open_alert)
 
     def summary(self, now: int) -> tuple[int, int]:
         """(clients with an open stale incident, clients past the rebootstrap trigger)."""

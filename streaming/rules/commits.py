@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
-from streaming.rules.records import NO_TIME, CommitRecord
+from streaming.rules.records import NO_TIME, CommitRecord, expire
 
 
 @dataclass
@@ -59,8 +59,4 @@ class CommitShard:
         return min(future) if future else None
 
     def expire(self, now: int, has_open_alert) -> list:
-        gone = [k for k, r in self.commits.items()
-                if now - r.last_event_ms >= self.settings.entity_expiry_ms and not has_open_alert(k)]
-        for k in gone:
-            del self.commits[k]
-        return gone
+        return expire(self.commits, now, self.settings.entity_expiry_ms, has_open_alert)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from streaming import events
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
-from streaming.rules.records import NO_TIME, NodeRecord
+from streaming.rules.records import NO_TIME, NodeRecord, expire
 
 MAX_TRACKED_CLIENTS = 1000
 JITTER_LOW, JITTER_HIGH = 0.8, 1.2
@@ -140,9 +140,4 @@ class NodeTable:
         return min(future) if future else None
 
     def expire(self, now: int, has_open_alert) -> list[int]:
-        gone = [nid for nid, n in self.nodes.items()
-                if n.last_event_ms != NO_TIME and now - n.last_event_ms >= self.settings.entity_expiry_ms
-                and not has_open_alert(nid)]
-        for nid in gone:
-            del self.nodes[nid]
-        return gone
+        return expire(self.nodes, now, self.settings.entity_expiry_ms, has_open_alert)

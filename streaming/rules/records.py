@@ -107,6 +107,15 @@ class CommitRecord:
     last_event_ms: int = NO_TIME
 
 
+def expire(store: dict, now: int, expiry_ms: int, has_open_alert) -> list:
+    """Forget entities silent for ``expiry_ms`` that have no open alert; returns their ids."""
+    gone = [key for key, rec in store.items()
+            if rec.last_event_ms != NO_TIME and now - rec.last_event_ms >= expiry_ms and not has_open_alert(key)]
+    for key in gone:
+        del store[key]
+    return gone
+
+
 def first_after(times, t: int) -> int | None:
     """The earliest of ``times`` strictly after ``t`` (deadlines already passed are handled)."""
     return min((x for x in times if x > t), default=None)

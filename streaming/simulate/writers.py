@@ -11,23 +11,7 @@ from typing import IO, Callable, Iterable, Mapping
 
 from streaming import events as contract
 from udfs import avro_codec
-
-_BROKER_EVENTS = ("broker_heartbeat", "metadata_update")
-
-
-def event_key(event: Mapping) -> str:
-    """``{cluster_id}/{entity}`` for input events; an alert is keyed by its fingerprint."""
-    kind = event["event_type"]
-    if kind == "alert":
-        return event["fingerprint"]
-    if kind in _BROKER_EVENTS:
-        entity = f"broker-{event['broker_id']}"
-    elif kind == "offset_commit":
-        entity = f"group-{event['group_id']}"
-    else:
-        entity = f"client-{event['client_id']}"
-    return f"{event['cluster_id']}/{entity}"
-
+from udfs.kafka_sink import event_key  # one key rule for every producer (docs/CONTRACTS.md)
 
 def write_jsonl_file(events: Iterable[dict], path: str | Path) -> int:
     with open(path, "w", encoding="utf-8") as out:
