@@ -1,0 +1,333 @@
+"""The deployment files agree with the code and with each other: every YAML parses, the
+SparkApplication carries the state store provider and metrics port the code uses, its ConfigMap
+(and the container's config) pass ``streaming.config.load``, the Dockerfile has the instructions
+a user relies on, the shell scripts pass ``bash -n`` (and shellcheck where installed), and the
+submit script builds the right spark-submit command or names the missing flag and its fix."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from streaming import config
+from streaming.spark_session import ROCKSDB_PROVIDER
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+SUBMIT = DEPLOY / "spark-submit" / "epochwatch-submit.sh"
+DRIVER_FILE = DEPLOY / "spark-submit" / "epochwatch_driver.py"
+DOCKERFILE = DEPLOY / "container" / "Dockerfile"
+MANIFEST = DEPLOY / "kubernetes" / "sparkapplication.yaml"
+METRICS_PORT = config.SinkSettings().metrics_port
+SCRIPTS = [SUBMIT, DEPLOY / "container" / "spark-entrypoint.sh", DEPLOY / "local" / "dev"]
+
+
+def test_every_yaml_file_in_deploy_parses():
+    files = sorted([*DEPLOY.rglob("*.yml"), *DEPLOY.rglob("*.yaml")])
+    assert MANIFEST in files and len(files) >= 8
+    for path in files:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        assert docs and all(isinstance(d, dict) for d in docs), path
+
+
+# --- Kubernetes --------------------------------------------------------------------------------
+
+def manifest() -> dict[str, dict]:
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    by_kind = {d["kind"]: d for d in docs}
+    assert len(by_kind) == len(docs), "one object per kind"
+    return by_kind
+
+
+def test_sparkapplication_has_the_required_fields():
+    app = manifest()["SparkApplication"]
+    assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2"
+    spec = app["spec"]
+    for key in ("type", "mode", "image", "mainApplicationFile", "arguments", "sparkConf", "restartPolicy",
+                "driver", "executor", "sparkVersion"):
+        assert key in spec, key
+    assert (spec["type"], spec["mode"]) == ("Python", "cluster")
+    policy = spec["restartPolicy"]
+    assert policy["type"] in ("Always", "OnFailure")
+    assert policy["onFailureRetries"] > 0 and policy["onFailureRetryInterval"] > 0
+    assert policy["onSubmissionFailureRetries"] > 0 and policy["onSubmissionFailureRetryInterval"] > 0
+    for role in ("driver", "executor"):
+        assert spec[role]["cores"] >= 1 and re.fullmatch(r"\d+[gm]", spec[role]["memory"]), role
+        assert re.fullmatch(r"\d+[gm]", spec[role]["memoryOverhead"]), role
+    assert spec["executor"]["instances"] >= 1
+
+
+def test_sparkapplication_uses_the_codes_state_store_and_port():
+    objects = manifest()
+    spec = objects["SparkApplication"]["spec"]
+    conf = spec["sparkConf"]
+    assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
+    assert int(conf["spark.sql.shuffle.partitions"]) >= 1
+    assert [p["containerPort"] for p in spec["driver"]["ports"]] == [METRICS_PORT]
+    service = objects["Service"]
+    assert service["spec"]["selector"]["spark-role"] == "driver"
+    app_name = objects["SparkApplication"]["metadata"]["name"]
+    assert service["spec"]["selector"]["sparkoperator.k8s.io/app-name"] == app_name
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(METRICS_PORT, "metrics")]
+    notes = service["metadata"]["annotations"]
+    assert (notes["prometheus.io/scrape"], notes["prometheus.io/port"], notes["prometheus.io/path"]) == (
+        "true", str(METRICS_PORT), "/metrics")
+
+
+def test_sparkapplication_runs_the_driver_file_shipped_in_the_image():
+    spec = manifest()["SparkApplication"]["spec"]
+    in_image = spec["mainApplicationFile"].removeprefix("local://")
+    assert spec["mainApplicationFile"].startswith("local:///")
+    assert image_copies()[in_image] == str(DRIVER_FILE.relative_to(ROOT))
+    assert f'IMAGE_DRIVER_FILE="{spec["mainApplicationFile"]}"' in SUBMIT.read_text()
+
+
+def _mounts(spec: dict, role: str) -> dict[str, str]:
+    return {m["name"]: m["mountPath"] for m in spec[role].get("volumeMounts", [])}
+
+
+def test_configmap_config_loads_with_the_secrets_as_environment(monkeypatch, tmp_path):
+    objects = manifest()
+    spec = objects["SparkApplication"]["spec"]
+    secret = objects["Secret"]
+    text = objects["ConfigMap"]["data"]["epochwatch.yaml"]
+    refs = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)\}", text))
+    assert refs and refs <= set(secret["stringData"]), "every ${NAME} of the config comes from the Secret"
+    for role in ("driver", "executor"):
+        assert {"secretRef": {"name": secret["metadata"]["name"]}} in spec[role]["envFrom"], role
+    for name in refs:
+        monkeypatch.setenv(name, "from-the-secret")
+    path = tmp_path / "epochwatch.yaml"
+    path.write_text(text)
+    args = spec["arguments"]
+    overrides = dict(a.split("=", 1) for a in args[args.index("--set") + 1::2])
+    settings = config.load(path, overrides)
+    assert settings.kafka.client["sasl.password"] == "from-the-secret"
+    assert (settings.sinks.metrics_port, settings.sinks.metrics_address) == (METRICS_PORT, "0.0.0.0")
+    # the config file is where the ConfigMap is mounted on the driver
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    config_volume = next(n for n, v in volumes.items() if v.get("configMap", {}).get("name")
+                         == objects["ConfigMap"]["metadata"]["name"])
+    assert args[args.index("--config") + 1] == f"{_mounts(spec, 'driver')[config_volume]}/epochwatch.yaml"
+
+
+def test_checkpoint_is_on_the_claim_mounted_by_driver_and_executors_with_s3_shown():
+    objects = manifest()
+    spec = objects["SparkApplication"]["spec"]
+    args = spec["arguments"]
+    checkpoint = next(a.split("=", 1)[1] for a in args if a.startswith("checkpoint_location="))
+    claim = objects["PersistentVolumeClaim"]
+    volume = next(v["name"] for v in spec["volumes"]
+                  if v.get("persistentVolumeClaim", {}).get("claimName") == claim["metadata"]["name"])
+    assert "ReadWriteMany" in claim["spec"]["accessModes"]
+    for role in ("driver", "executor"):
+        assert checkpoint.startswith(f"file://{_mounts(spec, role)[volume]}/"), role
+    assert re.search(r"#\s*- checkpoint_location=s3a://", MANIFEST.read_text())
+
+
+def test_commented_servicemonitor_alternative_is_valid_yaml_for_the_meta_alert_job():
+    text = MANIFEST.read_text()
+    block = text[text.index("# ---\n# apiVersion: monitoring.coreos.com/v1"):]
+    monitor = yaml.safe_load("\n".join(line.removeprefix("#").removeprefix(" ") for line in block.splitlines()
+                                       if line.startswith("#") and not line.startswith("# ---")))
+    assert monitor["kind"] == "ServiceMonitor"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    # job label = the Service's app.kubernetes.io/name, which the meta-alerts select as job="epochwatch"
+    service_labels = manifest()["Service"]["metadata"]["labels"]
+    assert service_labels[monitor["spec"]["jobLabel"]] == "epochwatch"
+    rules = (DEPLOY / "prometheus" / "rules" / "epochwatch-meta.yml").read_text()
+    assert 'job="epochwatch"' in rules
+
+
+# --- container ---------------------------------------------------------------------------------
+
+def dockerfile_stages() -> list[dict]:
+    """Instructions per build stage: [{"name", "from", "ops": [(INSTRUCTION, args)]}]."""
+    lines, current = [], ""
+    for raw in DOCKERFILE.read_text().splitlines():
+        if raw.lstrip().startswith("#") and not current:
+            continue
+        if raw.rstrip().endswith("\\"):
+            current += raw.rstrip()[:-1] + " "
+            continue
+        current += raw
+        if current.strip():
+            lines.append(current.strip())
+        current = ""
+    stages: list[dict] = []
+    for line in lines:
+        op, _, args = line.partition(" ")
+        op = op.upper()
+        if op == "FROM":
+            image, _, name = args.partition(" AS ")
+            stages.append({"name": name.strip(), "from": image.strip(), "ops": []})
+        else:
+            stages[-1]["ops"].append((op, args.strip()))
+    return stages
+
+
+def ops(stage: dict, instruction: str) -> list[str]:
+    return [args for op, args in stage["ops"] if op == instruction]
+
+
+def image_copies() -> dict[str, str]:
+    """Destination in the image -> repository path, for the single-file COPYs of every stage."""
+    pairs = [args.split() for stage in dockerfile_stages() for args in ops(stage, "COPY")]
+    return {words[1]: words[0] for words in pairs if len(words) == 2}
+
+
+def test_dockerfile_default_target_runs_epochwatch_as_non_root():
+    stages = dockerfile_stages()
+    base, final = stages[0], stages[-1]
+    assert re.fullmatch(r"python:3\.11-slim(-bookworm)?", base["from"])
+    assert any("openjdk-17-jre-headless" in run for run in ops(base, "RUN"))
+    assert any(re.search(r"\bpip install \.(\s|$)", run) for run in ops(base, "RUN"))
+    assert final["from"] == base["name"], "the default (last) target builds on the runtime stage"
+    assert json.loads(ops(final, "ENTRYPOINT")[-1]) == ["epochwatch"]
+    assert json.loads(ops(final, "CMD")[-1]) == ["run", "--config", "/etc/epochwatch/epochwatch.yaml"]
+    assert ops(final, "EXPOSE") == [str(METRICS_PORT)]
+    assert ops(final, "USER") and ops(final, "USER")[-1] not in ("root", "0")
+    (check,) = ops(final, "HEALTHCHECK")
+    assert f"http://127.0.0.1:{METRICS_PORT}/metrics" in check
+
+
+def test_dockerfile_spark_target_answers_spark_pod_commands():
+    spark = next(s for s in dockerfile_stages() if s["name"] == "spark")
+    (entry,) = ops(spark, "ENTRYPOINT")
+    script = json.loads(entry)[0]
+    source = ROOT / image_copies()[script]
+    text = source.read_text()
+    assert "driver)" in text and "executor)" in text and "KubernetesExecutorBackend" in text
+    assert ops(spark, "USER")[-1] not in ("root", "0")
+
+
+def test_every_copied_path_exists_in_the_repository():
+    for stage in dockerfile_stages():
+        for args in ops(stage, "COPY"):
+            *sources, _dest = args.split()
+            for src in sources:
+                assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
+
+
+def test_container_config_loads_and_names_the_missing_bootstrap_variable(monkeypatch):
+    stages = dockerfile_stages()
+    image_config = ROOT / image_copies()["/etc/epochwatch/epochwatch.yaml"]
+    env_defaults = " ".join(ops(stages[0], "ENV"))
+    assert 'EPOCHWATCH_ALERTMANAGER_URL=""' in env_defaults
+    monkeypatch.setenv("EPOCHWATCH_ALERTMANAGER_URL", "")
+    monkeypatch.delenv("EPOCHWATCH_BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(config.ConfigError) as missing:
+        config.load(image_config)
+    assert "EPOCHWATCH_BOOTSTRAP_SERVERS" in str(missing.value) and "export" in str(missing.value)
+    monkeypatch.setenv("EPOCHWATCH_BOOTSTRAP_SERVERS", "kafka:9092")
+    settings = config.load(image_config)
+    assert settings.kafka.bootstrap_servers == "kafka:9092" and settings.sinks.alertmanager_url in ("", None)
+    assert (settings.sinks.metrics_port, settings.sinks.metrics_address) == (METRICS_PORT, "0.0.0.0")
+    volumes = [v for stage in stages for v in ops(stage, "VOLUME")]
+    assert any(settings.checkpoint_location.startswith(json.loads(v)[0]) for v in volumes)
+
+
+# --- scripts ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_script_syntax_and_shellcheck(script):
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    if shutil.which("shellcheck"):  # deploy/local/dev installs it for `test`; bash -n alone otherwise
+        result = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout
+
+
+def test_driver_entry_point_compiles():
+    compile(DRIVER_FILE.read_text(), str(DRIVER_FILE), "exec")
+    assert 'cli.main(["run", *argv])' in DRIVER_FILE.read_text()
+
+
+def submit(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    clean = {"PATH": "/usr/bin:/bin", **(env or {})}  # no EPOCHWATCH_* from the caller's shell
+    return subprocess.run(["bash", str(SUBMIT), *args], capture_output=True, text=True, timeout=30, env=clean)
+
+
+CONFIG = str(DEPLOY / "config" / "epochwatch.yaml")
+YARN = ("--master", "yarn", "--config", CONFIG, "--checkpoint", "hdfs:///epochwatch/checkpoint")
+K8S = ("--master", "k8s://https://k8s:443")
+
+
+def test_submit_help_documents_every_option():
+    result = submit("--help")
+    assert result.returncode == 0
+    parsed = set(re.findall(r"^\s+(--[a-z-]+)\)", SUBMIT.read_text(), re.M))
+    assert parsed and {flag for flag in parsed if flag not in result.stdout} == set()
+
+
+def test_submit_builds_the_spark_submit_command():
+    result = submit("--dry-run", *YARN, "--archive", str(DRIVER_FILE), "--", "--set", "kafka.maxOffsetsPerTrigger=1000")
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.split()
+    confs = {words[i + 1].split("=", 1)[0]: words[i + 1].split("=", 1)[1] for i, w in enumerate(words) if w == "--conf"}
+    assert confs["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
+    assert confs["spark.sql.shuffle.partitions"] == "8"
+    assert confs["spark.yarn.maxAppAttempts"] == "4" and confs["spark.yarn.am.attemptFailuresValidityInterval"] == "1h"
+    assert confs["spark.pyspark.python"] == "./environment/bin/python"
+    assert words[words.index("--archives") + 1] == f"{DRIVER_FILE}#environment"
+    tail = words[words.index(str(DRIVER_FILE)):]
+    assert tail == [str(DRIVER_FILE), "--config", CONFIG, "--set", "checkpoint_location=hdfs:///epochwatch/checkpoint",
+                    "--set", "kafka.maxOffsetsPerTrigger=1000"]
+
+
+def test_submit_keeps_a_local_driver_on_loopback():
+    result = submit("--dry-run", "--master", "local[2]", "--config", CONFIG, "--checkpoint", "/tmp/ckpt")
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.split()
+    assert {"spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1", "spark.ui.enabled=false"} <= set(words)
+    assert "--executor-memory" not in words  # executors run inside the driver
+
+
+def test_submit_ships_the_config_in_yarn_cluster_mode():
+    result = submit("--dry-run", *YARN, "--deploy-mode", "cluster")
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.split()
+    assert words[words.index("--files") + 1] == CONFIG
+    assert words[words.index("--config") + 1] == "epochwatch.yaml"
+    assert "spark.pyspark.driver.python=python3" not in words  # the driver runs in the cluster
+
+
+@pytest.mark.parametrize("num, why, args, env, named", [
+    (1, "no master", ["--config", CONFIG, "--checkpoint", "s3a://b/c"], {}, "--master"),
+    (2, "no config", ["--master", "yarn", "--checkpoint", "s3a://b/c"], {}, "EPOCHWATCH_CONFIG"),
+    (3, "no checkpoint", ["--master", "yarn", "--config", CONFIG], {}, "--checkpoint"),
+    (4, "a local checkpoint is lost when the driver moves", [*YARN[:4], "--checkpoint", "/tmp/ckpt"], {},
+     "--checkpoint-on-shared-mount"),
+    (5, "Kubernetes needs an image", [*K8S, "--config", CONFIG, "--checkpoint", "s3a://b/c"], {}, "--image"),
+    (6, "a local config is not in a Kubernetes driver pod", [*K8S, "--deploy-mode", "cluster", "--config", CONFIG,
+     "--checkpoint", "s3a://b/c", "--image", "x"], {}, "local:///etc/epochwatch/epochwatch.yaml"),
+    (7, "unknown master", ["--master", "mesos://x", "--config", CONFIG, "--checkpoint", "s3a://b/c"], {}, "yarn"),
+    (8, "a typo in an option", [*YARN, "--executor-memroy", "4g"], {}, "after --"),
+    (9, "a bad size", [*YARN, "--driver-memory", "lots"], {}, "2g"),
+    (10, "archives are a YARN feature", ["--master", "spark://h:7077", "--config", CONFIG, "--checkpoint", "s3a://b/c",
+     "--archive", CONFIG], {}, "pip install"),
+])
+def test_submit_errors_name_the_flag_and_the_fix(num, why, args, env, named):
+    result = submit("--dry-run", *args, env=env)
+    assert result.returncode == 2, f"case {num}: {why}: {result.stdout}"
+    assert named in result.stderr and "fix:" in result.stderr, f"case {num}: {why}: {result.stderr}"
+
+
+def test_submit_reads_the_environment_and_accepts_mounted_paths():
+    """Kubernetes with a ConfigMap-mounted config and a PVC checkpoint, all from EPOCHWATCH_*."""
+    env = {"EPOCHWATCH_MASTER": "k8s://https://k8s:443", "EPOCHWATCH_DEPLOY_MODE": "cluster",
+           "EPOCHWATCH_CONFIG": "local:///etc/epochwatch/epochwatch.yaml", "EPOCHWATCH_CHECKPOINT": "/checkpoint/ew",
+           "EPOCHWATCH_IMAGE": "registry/epochwatch:1"}
+    result = submit("--dry-run", "--checkpoint-on-shared-mount", env=env)
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.split()
+    assert "spark.kubernetes.container.image=registry/epochwatch:1" in words
+    main = manifest()["SparkApplication"]["spec"]["mainApplicationFile"]
+    assert words[words.index(main):] == [main, "--config", "/etc/epochwatch/epochwatch.yaml",
+                                         "--set", "checkpoint_location=/checkpoint/ew"]
