@@ -18,7 +18,7 @@ from streaming.rules.brokers import BrokerFleet
 from streaming.rules.clients import ClientShard
 from streaming.rules.commits import CommitShard
 from streaming.rules.nodes import NodeTable
-from streaming.rules.records import NO_TIME
+from streaming.rules.records import NO_TIME, first_after
 
 KINDS = ("brokers", "clients", "nodes", "commits")
 TABLES = {"brokers": BrokerFleet, "clients": ClientShard, "nodes": NodeTable, "commits": CommitShard}
@@ -30,6 +30,8 @@ def invalid_reason(ev: dict) -> str | None:
     kind = ev["event_type"]
     if not ev.get("cluster_id"):
         return "cluster_id is empty"
+    if ev["event_time"] < 0:  # -1 is NO_TIME in the rules (and "no timestamp" in Kafka)
+        return f"event_time {ev['event_time']} is before 1970"
     if kind in ("broker_heartbeat", "metadata_update") and ev["broker_id"] < 0:
         return f"broker_id {ev['broker_id']} is negative"
     if kind == "broker_heartbeat" and ev["incarnation_id"] < 0:
@@ -107,8 +109,10 @@ class KeyEngine:
                 out.invalid.append((ev, reason))
                 continue
             introduced = self.table.apply(ev)
-            if introduced is not None and introduced > t and (deadline is None or introduced < deadline):
-                deadline = introduced
+            # the entity just heard from is forgotten at t + expiry unless heard from again
+            for due in (introduced, t + self.settings.entity_expiry_ms):
+                if due is not None and due > t and (deadline is None or due < deadline):
+                    deadline = due
             if self.table.dirty:
                 floor = max(t, floor)
                 self._evaluate(floor, out)
@@ -146,16 +150,19 @@ class KeyEngine:
 
     def _deadline(self, now: int) -> int | None:
         candidates = [d for d in (self.table.next_deadline(now), self.tracker.next_deadline()) if d is not None]
-        expiry = self._expiry_deadline()
+        expiry = self._expiry_deadline(now)
         if expiry is not None:
             candidates.append(expiry)
         future = [d for d in candidates if d > now]
         return min(future) if future else None
 
-    def _expiry_deadline(self) -> int | None:
+    def _expiry_deadline(self, now: int) -> int | None:
+        """The next time an entity becomes old enough to forget. Strictly after ``now``: one whose
+        time has passed but that an open alert keeps must not hide the expiry of the others."""
         entities = {"brokers": "brokers", "clients": "clients", "nodes": "nodes", "commits": "commits"}[self.kind]
-        last = [e.last_event_ms for e in getattr(self.table, entities).values() if e.last_event_ms != NO_TIME]
-        return min(last) + self.settings.entity_expiry_ms if last else None
+        expiry = self.settings.entity_expiry_ms
+        return first_after([e.last_event_ms + expiry for e in getattr(self.table, entities).values()
+                            if e.last_event_ms != NO_TIME], now)
 
     def _report(self, out: StepResult, now: int) -> None:
         table = self.table

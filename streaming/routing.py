@@ -57,7 +57,10 @@ def with_routes(df: DataFrame, client_shards: int, max_future_ms: int) -> DataFr
     """Explode each row into one row per state key it feeds; adds kind, shard, event_ms."""
     t = F.col("event_type")
     future = F.col("event_time") > F.timestamp_add("MILLISECOND", F.lit(max_future_ms), F.current_timestamp())
-    dead = t.isNull() | future
+    # Before 1970: -1 is the rules' NO_TIME, and before 1677 pandas (transformWithStateInPandas)
+    # cannot even convert the row: the task fails and the query with it, on every retry.
+    too_old = F.col("event_time") < F.timestamp_millis(F.lit(0))
+    dead = t.isNull() | future | too_old
     response_ok = (F.col("error_code") == 0) & (F.col("metadata_epoch") >= 0)
     candidates = F.array(
         F.when(dead, _route("dead_letter", F.pmod(F.coalesce(F.col("kafka_partition"), F.lit(0)),
@@ -73,11 +76,14 @@ def with_routes(df: DataFrame, client_shards: int, max_future_ms: int) -> DataFr
     )
     routed = df.withColumn("_route", F.explode(F.filter(candidates, lambda r: r.isNotNull())))
     routed = routed.withColumn(
-        "dlq_reason", F.when(~t.isNull() & future, F.lit("future_event_time")).otherwise(F.col("dlq_reason")))
+        "dlq_reason", F.when(~t.isNull() & future, F.lit("future_event_time"))
+        .when(~t.isNull() & too_old, F.lit("event_time_out_of_range")).otherwise(F.col("dlq_reason")))
     routed = routed.withColumn(
         "dlq_detail", F.when(~t.isNull() & future,
                              F.concat(F.lit("event_time "), F.col("event_time").cast("string"),
                                       F.lit(f" is more than {max_future_ms} ms ahead of the clock")))
+        .when(~t.isNull() & too_old,
+              F.concat(F.lit("event_time "), F.col("event_time").cast("string"), F.lit(" is before 1970")))
         .otherwise(F.col("dlq_detail")))
     return (routed
             .withColumn("cluster_id", F.coalesce(F.col("cluster_id"), F.lit("")))

@@ -154,5 +154,25 @@ def _read(event_type: str, value: bytes, offset: int) -> dict:
         raise DecodeError("bad_avro", f"{event_type}: {type(exc).__name__} {exc}") from None
     if stream.tell() != len(value):
         raise DecodeError("trailing_bytes", f"{event_type}: {len(value) - stream.tell()} bytes after the record")
+    for name, low, high in _int_ranges(event_type):
+        v = record[name]
+        if v is not None and not low <= v <= high:  # fastavro reads any varint into an int / long
+            raise DecodeError("bad_avro", f"{event_type}: {name}={v} is outside the Avro {_INT_KIND[low]} range")
     record["event_type"] = event_type
     return record
+
+
+_INT_KIND = {-(2**31): "int", -(2**63): "long"}
+
+
+@cache
+def _int_ranges(event_type: str) -> tuple[tuple[str, int, int], ...]:
+    """(field, low, high) of every int / long field (nullable too) of an event type's schema."""
+    def bounds(schema):
+        if isinstance(schema, list):
+            return next(filter(None, map(bounds, schema)), None)
+        if isinstance(schema, dict):
+            return bounds(schema["type"]) if schema["type"] in ("int", "long") else None
+        return {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}.get(schema)
+
+    return tuple((f["name"], *b) for f in events.raw_schema(event_type)["fields"] if (b := bounds(f["type"])))

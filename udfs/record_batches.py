@@ -169,6 +169,40 @@ def decoded_batch(messages: Sequence, decode_values: Decoder, keep_dead_letters_
     """
     values = [m.value() for m in messages]
     rows, failures = decode_values(values, messages)
+    try:
+        return _batch_of(messages, values, rows, failures, keep_dead_letters_as_rows)
+    except (pa.ArrowInvalid, OverflowError):
+        # A record decoded to a value its column cannot hold (an int beyond 32 bits, a time beyond
+        # Spark's timestamp range): dead-letter those records, keep the rest of the batch.
+        unfit = _unrepresentable(rows)
+        rows = [None if i in unfit else row for i, row in enumerate(rows)]
+        failures = sorted(failures + [(i, *why) for i, why in unfit.items()])
+        return _batch_of(messages, values, rows, failures, keep_dead_letters_as_rows)
+
+
+def _unrepresentable(rows: list) -> dict[int, tuple[str, str]]:
+    struct_type, stamp_columns = _event_struct()
+    found = {}
+    for index, row in enumerate(rows):
+        if row is None:
+            continue
+        try:
+            columns = pa.array([row], struct_type).flatten()
+        except (pa.ArrowInvalid, OverflowError) as exc:
+            found[index] = ("bad_avro", f"{row['event_type']}: {exc}"[:500])
+            continue
+        for i in stamp_columns:
+            try:
+                columns[i].cast(_MS).cast(_US)
+            except pa.ArrowInvalid:
+                found[index] = ("event_time_out_of_range",
+                                f"{row['event_type']}: {struct_type[i].name}={columns[i][0].as_py()} ms is beyond "
+                                f"what a Spark timestamp can hold")
+                break
+    return found
+
+
+def _batch_of(messages, values, rows, failures, keep_dead_letters_as_rows):
     dead = []
     for index, reason, detail in failures:
         message = messages[index]

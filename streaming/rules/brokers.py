@@ -36,7 +36,9 @@ class BrokerFleet:
 
     def apply(self, event: dict) -> int | None:
         """Apply one event; returns the earliest deadline it may have introduced."""
-        kind = event["event_type"]
+        kind, t = event["event_type"], event["event_time"]
+        before = self.brokers.get(event.get("broker_id"))
+        lagging_before = before is not None and self._lagging(before, t)
         if kind == "broker_heartbeat":
             self.on_heartbeat(event)
         elif kind == "metadata_update":
@@ -46,6 +48,8 @@ class BrokerFleet:
         else:
             return None
         b = self.brokers.get(event["broker_id"])
+        if b is not None and self._lagging(b, t) != lagging_before:
+            self.dirty = True  # e.g. a lagging broker starts serving clients: the incident starts now
         times = self._broker_deadlines(b) if b else []
         if self.cluster.last_heartbeat_ms != NO_TIME:
             times.append(self.cluster.last_heartbeat_ms + self.settings.controller_heartbeat_timeout_ms)

@@ -6,11 +6,8 @@ fields, or raises DecodeError with a documented reason: never another exception,
 and its verdict agrees with ``avro_codec.decode`` (the batch hot path and the per-record decoder
 are two implementations of one contract, so each is the other's oracle).
 
-Two open bugs (regular tests at the end, strict xfail until the fix in the report lands): a
-varint beyond its Avro int/long range decodes without complaint, and a decoded value Arrow
-cannot hold (int32 overflow, an event time beyond Spark's timestamp range) makes
-``decoded_batch`` raise for the whole batch. The batch properties leave such records out of
-their input (``_hits_open_bug``) so that everything else stays checked.
+The regular tests at the end pin three bugs the properties found (int fields beyond their Avro
+range; values Arrow cannot hold made ``decoded_batch`` raise for the whole batch).
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from streaming import events
-from tests.unit.fuzz.event_strategies import (INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, SPARK_MAX_MS, alert_events,
+from tests.unit.fuzz.event_strategies import (INT64_MAX, INT64_MIN, SPARK_MAX_MS, alert_events,
                                              examples, hang_timeout_s, input_events)
 from udfs import avro_codec, record_batches
 from udfs.avro_codec import DecodeError
@@ -169,31 +166,6 @@ def test_hostile_length_claims_fail_fast_with_a_reason():
 
 # --- decoded_batch: rows or dead letters, never an exception ------------------------------------
 
-def _int_bounds(schema) -> tuple[int, int] | None:
-    if isinstance(schema, list):
-        found = [b for b in map(_int_bounds, schema) if b]
-        return found[0] if found else None
-    if isinstance(schema, dict):
-        return _int_bounds(schema["type"]) if schema["type"] in ("int", "long") else None
-    return {"int": (INT32_MIN, INT32_MAX), "long": (INT64_MIN, INT64_MAX)}.get(schema)
-
-
-def _hits_open_bug(value: bytes | None) -> bool:
-    """The record decodes to a value Arrow cannot hold (see the xfail tests below)."""
-    kind, record = outcome(value)
-    if kind != "event":
-        return False
-    for field in events.raw_schema(record["event_type"])["fields"]:
-        bounds, v = _int_bounds(field["type"]), record[field["name"]]
-        if v is None or bounds is None:
-            continue
-        if not bounds[0] <= v <= bounds[1]:
-            return True
-        if field["name"] in events.TIMESTAMP_FIELDS and abs(v) > SPARK_MAX_MS:
-            return True
-    return False
-
-
 def message(offset: int, value: bytes | None, headers=None) -> Message:
     return Message(topic="events", partition=0, offset=offset, key=f"k{offset}".encode(), value=value,
                    headers=headers, timestamp=(1, 1_790_000_000_000))
@@ -235,7 +207,6 @@ def assert_batch(messages: list[Message], expected: list[tuple[str, str]], keep_
 @FAST
 @given(st.lists(hostile_values, max_size=12), st.booleans())
 def test_decoded_batch_turns_every_message_into_a_row_or_a_dead_letter(values, keep_rows):
-    values = [v for v in values if not _hits_open_bug(v)]
     messages = [message(i, v) for i, v in enumerate(values)]
     if messages:
         assert_batch(messages, [expected_verdict(v) for v in values], keep_rows, record_batches.confluent_decoder())
@@ -260,19 +231,13 @@ schemaless_messages = st.tuples(
 @FAST
 @given(st.lists(schemaless_messages, max_size=12), st.booleans())
 def test_schemaless_batch_turns_every_message_into_a_row_or_a_dead_letter(pairs, keep_rows):
-    pairs = [(v, h) for v, h in pairs
-             if not (h in events.EVENT_TYPES and v is not None and _schemaless_hits_open_bug(v, h))]
     messages = [message(i, v, None if h is None else [("event_type", h.encode())]) for i, (v, h) in enumerate(pairs)]
     if messages:
         assert_batch(messages, [_schemaless_expected(v, h) for v, h in pairs], keep_rows,
                      record_batches.schemaless_decoder())
 
 
-def _schemaless_hits_open_bug(value: bytes, event_type: str) -> bool:
-    return _hits_open_bug(b"\x00" + struct.pack(">I", SCHEMA_IDS[event_type]) + value)
-
-
-# --- open bugs: the failing examples, as regular tests --------------------------------------------
+# --- found by the properties: the failing examples, as regular tests --------------------------------------------
 
 HEARTBEAT = events.normalize({
     "event_type": "broker_heartbeat", "event_id": "e-1", "cluster_id": "c1", "event_time": 1_790_000_000_000,
@@ -293,10 +258,7 @@ def heartbeat_with_broker_id_varint(broker_id: int) -> bytes:
     return buf.getvalue()
 
 
-OPEN_BUG = "open bug, fix proposed in the deploy/fuzz report: remove this marker when it lands"
 
-
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OPEN_BUG)
 def test_decode_rejects_an_int_field_beyond_32_bits():
     """Why: an Avro int is 32 bits; fastavro reads any varint, so broker_id 2**40 came back as a
     'valid' heartbeat that events.normalize rejects and Arrow cannot put in its int32 column."""
@@ -305,7 +267,6 @@ def test_decode_rejects_an_int_field_beyond_32_bits():
     assert outcome(value) == ("dead", "bad_avro")
 
 
-@pytest.mark.xfail(strict=True, raises=pa.ArrowInvalid, reason=OPEN_BUG)
 def test_decoded_batch_dead_letters_an_int_field_beyond_32_bits():
     """Why: one such record raised ArrowInvalid for its whole batch; Spark retries the task and
     the query dies on it (a poison pill), instead of one dead letter."""
@@ -316,7 +277,6 @@ def test_decoded_batch_dead_letters_an_int_field_beyond_32_bits():
     assert [r["event_type"] for r in batch.to_pylist()] == ["broker_heartbeat", None, "broker_heartbeat"]
 
 
-@pytest.mark.xfail(strict=True, raises=pa.ArrowInvalid, reason=OPEN_BUG)
 def test_decoded_batch_dead_letters_an_event_time_beyond_sparks_timestamp_range():
     """Why: event_time 2**62 ms is valid Avro but no Spark timestamp (microseconds in a long) can
     hold it; the cast raised for the whole batch (poison pill) instead of one dead letter."""

@@ -41,7 +41,6 @@ FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check
 ENTITIES = {"brokers": "brokers", "clients": "clients", "nodes": "nodes", "commits": "commits"}
 
 
-OPEN_BUG = "open bug, fix proposed in the deploy/fuzz report: remove this marker when it lands"
 
 def _event(event_type: str, event_id: str, t: int, **fields) -> dict:
     return events.normalize({"event_type": event_type, "event_id": event_id, "cluster_id": "c1", "event_time": t,
@@ -164,16 +163,12 @@ def _stale_after_expiry() -> list[dict]:
             response("e2", 2 * HOUR, "a", 1, 3), response("e3", 2 * HOUR + 5000, "b", 1, 1)]
 
 
-# Strict xfail while the three engine bugs below are open: the explicit example fails every run
-# (random examples alone would make CI flaky); with the fixes it passes and the marker must go.
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OPEN_BUG)
 @FAST
 @given(event_streams(), SETTINGS, st.lists(st.integers(0, 200), min_size=1, max_size=6))
 @example(_stale_after_expiry(), RuleSettings(), [2])
 def test_batch_boundaries_do_not_change_the_alerts_of_an_ordered_stream(stream, s, cuts):
-    """Why: a micro-batch boundary is an accident of arrival; README promises the same alerts.
-    Pre-1970 times are left out: they meet the NO_TIME sentinel (open bug, see the xfail test)."""
-    ordered = sorted((ev for ev in stream if ev["event_time"] >= 0), key=lambda ev: ev["event_time"])
+    """Why: a micro-batch boundary is an accident of arrival; README promises the same alerts."""
+    ordered = sorted(stream, key=lambda ev: ev["event_time"])
     _, whole = run(ordered, s, [])
     _, cut = run(ordered, s, cuts)
     assert alert_order([a for r in cut for a in r.alerts]) == alert_order([a for r in whole for a in r.alerts])
@@ -192,12 +187,11 @@ def alert_order(alerts: list[dict]) -> list[dict]:
                   key=lambda a: (a["event_time"], a["alertname"], a["fingerprint"], a["status"]))
 
 
-# --- open bugs: the failing examples, as regular tests --------------------------------------------
+# --- found by the properties: the failing examples, as regular tests --------------------------------------------
 
 
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OPEN_BUG)
 def test_a_pre_1970_event_time_is_reported_invalid_not_applied():
     """Why: -1 is the rules' NO_TIME sentinel (and Kafka's "no timestamp"); an event before 1970
     was applied with the engine's first horizon max(horizon, NO_TIME) = -1, so a batch holding
@@ -234,7 +228,6 @@ def step_alerts(kind: str, stream: list[dict], horizons: list[int]) -> list[tupl
 
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OPEN_BUG)
 def test_an_entity_silent_past_expiry_is_forgotten_whatever_the_batching():
     """Why: the first event of a key set no deadline for its entity's expiry, so in one step the
     client silent for two hours was still remembered (its old accepted epoch 5 made epoch 3
@@ -243,7 +236,6 @@ def test_an_entity_silent_past_expiry_is_forgotten_whatever_the_batching():
     assert step_alerts("clients", stream, [2 * HOUR]) == step_alerts("clients", stream, [0, 2 * HOUR]) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OPEN_BUG)
 def test_an_entity_kept_by_an_open_alert_does_not_hide_the_expiry_of_others():
     """Why: the expiry deadline was the oldest entity's; once that one was kept by an open alert
     (client b, overdue) its passed deadline was dropped and client a was never forgotten."""
@@ -254,7 +246,6 @@ def test_an_entity_kept_by_an_open_alert_does_not_hide_the_expiry_of_others():
     assert step_alerts("clients", stream, [60_000, HOUR + 70_000, 2 * HOUR]) == overdue
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=OPEN_BUG)
 def test_a_lagging_broker_that_starts_serving_pages_at_that_moment():
     """Why: broker 0 sits at epoch 1 while the cluster is at 2; the moment a client gets epoch 1
     from it, it serves old metadata (BrokerMetadataLag). That event did not mark the table dirty,
