@@ -25,9 +25,10 @@ SCENARIOS = ["partitioned_broker", "zombie_incarnation"]
 MAX_OFFSETS_PER_TRIGGER = 300   # ~10 micro-batches for the ~2,700 events: kills land mid-stream
 KILLS = 2
 EVENT_PARTITIONS = 2            # few read tasks per batch: the restarts dominate the test's time
-# Partitions are admitted in proportion to their backlog, so their event times drift apart by up
-# to ~20 s per batch here; with Kafka's 2 s lateness Spark drops some rows as late (a property of
-# the stream, not of the restarts). 30 s keeps every row, so one clean pass is the exact reference.
+# Partitions are admitted in proportion to their backlog, so their event times drift apart (by up
+# to ~20 s with 8 partitions at 200 per trigger, where Kafka's 2 s lateness dropped 172 of the
+# 2,710 rows as late): a property of the stream, not of the restarts. 30 s keeps every row, so one
+# clean pass is the exact reference (checked below: no row may be late).
 LATENESS_MS = 30_000
 START_DEADLINE_S = 180          # JVM + SparkSession + first batch on two busy cores
 IDENTITY_FIELDS = ("alertname", "severity", "status", "labels", "starts_at", "ends_at", "cluster_id")
