@@ -40,6 +40,7 @@ class KafkaSettings:
     schema_registry_url: str | None = field(default=None, metadata=_alias("schema.registry.url"))
     starting_offsets: str = field(default="latest", metadata=_alias("startingOffsets"))
     max_offsets_per_trigger: int | None = field(default=None, metadata=_alias("maxOffsetsPerTrigger"))
+    fail_on_data_loss: str = field(default="true", metadata={**_alias("failOnDataLoss"), "choices": ("true", "false")})
     # librdkafka settings passed through as-is (security.protocol, sasl.*, ssl.*, ...)
     client: Mapping[str, str] = field(default_factory=dict, metadata=_alias("client"))
 

@@ -23,7 +23,8 @@ def kafka_events(spark, settings: Settings, starting_offsets: str | None = None)
               .option("kafka.bootstrap.servers", k.bootstrap_servers)
               .option("subscribe", k.events_topic)
               .option("startingOffsets", starting_offsets or k.starting_offsets)
-              .option("decode", "avro" if k.encoding == "confluent" else "avro-schemaless"))
+              .option("decode", "avro" if k.encoding == "confluent" else "avro-schemaless")
+              .option("failOnDataLoss", k.fail_on_data_loss))
     if k.schema_registry_url:
         reader = reader.option("schema.registry.url", k.schema_registry_url)
     if k.max_offsets_per_trigger:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 
 from streaming import config
 
@@ -75,12 +76,18 @@ def run(args) -> int:
     spark.streams.addListener(ProgressListener(metrics))
     query = start(spark, settings, sinks, time_mode=EVENT_TIME if args.event_time else PROCESSING_TIME,
                   available_now=args.available_now)
-    signal.signal(signal.SIGTERM, lambda *_: query.stop())
+    # Stopping from the signal handler would re-enter py4j while the main thread waits in it:
+    # the handler only asks, the main loop stops the query.
+    stop_requested = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
     try:
-        query.awaitTermination()
+        while not stop_requested.is_set() and not query.awaitTermination(1):
+            pass
     except KeyboardInterrupt:
-        query.stop()
+        pass
     finally:
+        if query.isActive:
+            query.stop()
         Dispatcher(sinks).close()
     if query.exception():
         print(f"epochwatch: the query failed: {query.exception()}", file=sys.stderr)

@@ -127,10 +127,7 @@ def test_kill9_mid_incident_then_restart_loses_nothing_and_forks_nothing(broker,
                  f"{sum(duplicates.values())} duplicate(s) of {len(duplicates)} event_id(s) "
                  f"(at-least-once); restart to first batch {', '.join(f'{s:.1f}' for s in restart_s)} s; "
                  f"exit code after SIGTERM {stop_code}")
-    if stop_code != 0:
-        # run's SIGTERM handler calls query.stop() while the main thread is inside py4j's
-        # awaitTermination on the same connection ("reentrant call"): see the faults report.
-        pytest.xfail(f"known bug: `epochwatch run` exits {stop_code} on SIGTERM instead of stopping cleanly")
+    assert stop_code == 0, "SIGTERM must stop `epochwatch run` cleanly (the query stops, sinks flush)"
 
 
 def _drain(tail) -> list[tuple[str, dict]]:
