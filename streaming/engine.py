@@ -159,9 +159,9 @@ class KeyEngine:
     def _expiry_deadline(self, now: int) -> int | None:
         """The next time an entity becomes old enough to forget. Strictly after ``now``: one whose
         time has passed but that an open alert keeps must not hide the expiry of the others."""
-        entities = {"brokers": "brokers", "clients": "clients", "nodes": "nodes", "commits": "commits"}[self.kind]
         expiry = self.settings.entity_expiry_ms
-        return first_after([e.last_event_ms + expiry for e in getattr(self.table, entities).values()
+        # each table keeps its entities in an attribute named like its kind (brokers, clients, ...)
+        return first_after([e.last_event_ms + expiry for e in getattr(self.table, self.kind).values()
                             if e.last_event_ms != NO_TIME], now)
 
     def _report(self, out: StepResult, now: int) -> None:
