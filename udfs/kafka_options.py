@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from udfs.kafka_retry import MAX_WAIT_OPTION, RetryPolicy
 from udfs.offsets import OffsetSpecError, StartingOffsets, TopicPartition
 
 DECODE_MODES = ("none", "avro", "avro-schemaless")
@@ -79,16 +80,18 @@ def registry_settings(options: Mapping[str, str]) -> tuple[str | None, dict[str,
     return url, conf
 
 
-def positive_int(options: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+def positive_int(options: Mapping[str, str], name: str, default: int | None = None,
+                 fix: str | None = None) -> int | None:
     raw = _lower(options).get(name.lower())
     if raw is None:
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise OptionError(name, f"{raw!r} is not a whole number", f"pass a positive integer, e.g. {default or 100000}") from None
+        raise OptionError(name, f"{raw!r} is not a whole number",
+                          fix or f"pass a positive integer, e.g. {default or 100000}") from None
     if value <= 0:
-        raise OptionError(name, f"{value} is not positive", "pass a number above 0, or leave the option out")
+        raise OptionError(name, f"{value} is not positive", fix or "pass a number above 0, or leave the option out")
     return value
 
 
@@ -121,7 +124,7 @@ def check_known(options: Mapping[str, str], known: tuple[str, ...], source: str,
 SOURCE_OPTIONS = (
     "subscribe", "subscribePattern", "assign", "startingOffsets", "maxOffsetsPerTrigger",
     "minPartitions", "failOnDataLoss", "decode", "deadLetterTopic", "kafkaConsumer.pollTimeoutMs",
-    "arrowBatchSize",
+    "arrowBatchSize", "fetchOffset.retryIntervalMs", "fetchOffset.timeoutMs", MAX_WAIT_OPTION,
 )
 
 
@@ -141,6 +144,7 @@ class SourceOptions:
     dead_letter_topic: str | None = None
     poll_timeout_ms: int = 120_000
     arrow_batch_size: int = 20_000
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
     def decoded(self) -> bool:
@@ -209,6 +213,18 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         dead_letter_topic=dead_letter_topic,
         poll_timeout_ms=positive_int(options, "kafkaConsumer.pollTimeoutMs", 120_000),
         arrow_batch_size=positive_int(options, "arrowBatchSize", 20_000),
+        retry_policy=_retry_policy(options),
+    )
+
+
+def _retry_policy(options: Mapping[str, str]) -> RetryPolicy:
+    default = RetryPolicy()
+    return RetryPolicy(
+        retry_interval_ms=positive_int(options, "fetchOffset.retryIntervalMs", default.retry_interval_ms),
+        attempt_timeout_ms=positive_int(options, "fetchOffset.timeoutMs", default.attempt_timeout_ms),
+        max_wait_ms=positive_int(options, MAX_WAIT_OPTION, None,
+                                 fix="pass how long to wait for an unreachable broker in milliseconds, e.g. "
+                                     "600000, or leave the option out to wait forever"),
     )
 
 

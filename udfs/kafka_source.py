@@ -12,11 +12,26 @@ Options follow Spark's Kafka connector (which needs a jar this deployment cannot
     decode                    none (Spark's Kafka columns) | avro (Confluent wire format, built-in
                               catalog or schema.registry.url) | avro-schemaless (event_type header)
     deadLetterTopic           with decode: produce malformed records there instead of emitting rows
-    kafkaConsumer.pollTimeoutMs, arrowBatchSize   fetch deadline per range, rows per Arrow batch
+    kafkaConsumer.pollTimeoutMs   executors: how long one read waits for a record before it
+                              checks the time spent waiting against brokerUnavailable.maxWaitMs
+                              (default 120000)
+    arrowBatchSize            rows per Arrow batch
+    fetchOffset.retryIntervalMs   first pause before asking an unreachable broker again; doubles
+                              up to 2 s (default 10, as Spark)
+    fetchOffset.timeoutMs     deadline of one metadata / offsets request of the driver (default 30000)
+    brokerUnavailable.maxWaitMs   how long the driver and the executors wait for an unreachable
+                              broker before the query fails; default: wait forever
 
-Offsets are ``{"topic": {"partition": next_offset}}`` kept in Spark's checkpoint: a restarted
-query continues exactly after the last committed batch. New partitions, and new topics matching
-subscribePattern, are read from their earliest offset. Offsets are never committed to Kafka.
+An unreachable broker (timeouts, transport errors, all brokers down, leaders moving) is waited
+out: the next micro-batch is planned only once the broker answers, with one WARNING at most
+every 30 s saying for how long it has been unreachable, and ``query.stop()`` still returns at
+once. Authentication, TLS, ACL and configuration errors fail at once, naming the fix.
+
+Offsets are ``{"topic": {"partition": next_offset, "topicId": id}}`` kept in Spark's checkpoint:
+a restarted query continues exactly after the last committed batch. New partitions, and new
+topics matching subscribePattern, are read from their earliest offset. A topic whose id changed
+(deleted and created again, KIP-516) is data loss even when it is already longer than the job's
+position. Offsets are never committed to Kafka.
 
 Known limit: the Python data source API does not expose the checkpoint directory, so a query
 that stops before its first batch commits re-resolves ``startingOffsets`` on restart (Spark's
@@ -35,8 +50,8 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from udfs import event_columns
 from udfs.kafka_options import SourceOptions, parse_source_options
-from udfs.offsets import (DataLoss, OffsetRange, admit, cap_at, from_json_dict, plan_ranges,
-                          resolve_starting, split_ranges, to_json_dict)
+from udfs.offsets import (DataLoss, OffsetRange, admit, cap_at, parse_source_offset, plan_ranges,
+                          recreated_topics, resolve_starting, split_ranges, to_json_dict)
 
 log = logging.getLogger("epochwatch.kafka_source")
 
@@ -96,11 +111,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         broker = self._broker()
-        partitions = broker.partitions()
+        partitions, topic_ids = broker.subscription()
         start, losses = resolve_starting(self.options.starting_offsets, partitions,
                                          broker.earliest(partitions), broker.latest(partitions))
         report_data_loss(losses, self.options.fail_on_data_loss)
-        return to_json_dict(start)
+        return to_json_dict(start, topic_ids)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
@@ -112,27 +127,31 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_target = broker.latest(broker.partitions())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Blocks while the broker is unreachable: an empty batch planned meanwhile would move the
+        processing-time horizon past data that is only late, not missing."""
         broker = self._broker()
-        begin = from_json_dict(start)
-        partitions = broker.partitions()
+        begin, recorded_ids = parse_source_offset(start)
+        partitions, topic_ids = broker.subscription()
         latest = broker.latest(partitions)
         if self._available_now_target is not None:
             latest = cap_at(latest, self._available_now_target)
         self._latest_seen = latest
-        new = [tp for tp in latest if tp not in begin]
-        current = {tp: offset for tp, offset in begin.items() if tp in latest}
-        current.update(broker.earliest(new))
+        recreated = recreated_topics(recorded_ids, topic_ids)
+        # a re-created topic is read from its start, like a new one; partitions() reports the loss
+        current = {tp: offset for tp, offset in begin.items() if tp in latest and tp[0] not in recreated}
+        current.update(broker.earliest([tp for tp in latest if tp not in current]))
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else None
-        return to_json_dict(admit(current, latest, max_rows=max_rows, min_rows=min_rows))
+        end = admit(current, latest, max_rows=max_rows, min_rows=min_rows)
+        return to_json_dict(end, {**recorded_ids, **topic_ids})
 
     def reportLatestOffset(self) -> dict | None:
         return None if self._latest_seen is None else to_json_dict(self._latest_seen)
 
     def partitions(self, start: dict, end: dict) -> list[KafkaRangePartition]:
-        begin, until = from_json_dict(start), from_json_dict(end)
+        (begin, begin_ids), (until, until_ids) = parse_source_offset(start), parse_source_offset(end)
         earliest = self._broker().earliest(until)
-        ranges, losses = plan_ranges(begin, until, earliest)
+        ranges, losses = plan_ranges(begin, until, earliest, recreated_topics(begin_ids, until_ids))
         report_data_loss(losses, self.options.fail_on_data_loss)
         return [KafkaRangePartition(span) for span in split_ranges(ranges, self.options.min_partitions)]
 
@@ -152,7 +171,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = self.options
         span = partition.span
         chunks = fetch_range(options.client, span, chunk_size=options.arrow_batch_size,
-                             poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss)
+                             poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss,
+                             retry=options.retry_policy)
         if not options.decoded:
             for messages in chunks:
                 yield record_batches.raw_batch(messages)

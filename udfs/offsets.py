@@ -5,6 +5,12 @@ JSON keys are strings) -> the next offset to read. Spark keeps it in the checkpo
 the serialized text, so :func:`to_json_dict` always orders topics by name and partitions by
 number. Inside the source a flat ``{(topic, partition): offset}`` mapping is easier to work with.
 
+The source's own offsets also record each topic's id (KIP-516) next to its partitions:
+``{"topic": {"0": 23, "1": 5, "topicId": "AaH9i1xncdOMlI3HdZ4m9Q"}}`` (partition keys are
+numbers, so the key cannot clash). A re-created topic gets a new id, which is how a topic that is
+already longer than the job's position is still seen as re-created. Offsets written before ids
+were recorded have none: the id is then unknown and recorded from the next batch on.
+
 Data loss (offsets deleted by retention, a topic deleted or re-created) is detected here and
 returned as :class:`DataLoss` notes; the caller decides to fail or to log and go on
 (``failOnDataLoss``).
@@ -19,8 +25,11 @@ from typing import Iterable, Mapping
 EARLIEST = -2
 LATEST = -1
 
+TOPIC_ID = "topicId"
+
 TopicPartition = tuple[str, int]
 FlatOffsets = dict[TopicPartition, int]
+TopicIds = dict[str, str]
 
 
 class OffsetSpecError(ValueError):
@@ -99,11 +108,38 @@ def from_json_dict(doc: Mapping) -> FlatOffsets:
     return flat
 
 
-def to_json_dict(flat: Mapping[TopicPartition, int]) -> dict:
-    doc: dict[str, dict[str, int]] = {}
+def to_json_dict(flat: Mapping[TopicPartition, int], topic_ids: Mapping[str, str] | None = None) -> dict:
+    """The JSON form: topics by name, partitions by number, then the topic's id if known (only
+    for topics that have partitions in ``flat``)."""
+    doc: dict[str, dict] = {}
     for topic, partition in sorted(flat):
         doc.setdefault(topic, {})[str(partition)] = int(flat[(topic, partition)])
+    for topic, partitions in doc.items():
+        if topic_ids and topic_ids.get(topic):
+            partitions[TOPIC_ID] = str(topic_ids[topic])
     return doc
+
+
+def parse_source_offset(doc: Mapping) -> tuple[FlatOffsets, TopicIds]:
+    """An offset of the source (checkpoint, latestOffset): partitions, and the topic ids recorded
+    with them (none in offsets written before ids were recorded)."""
+    if not isinstance(doc, Mapping):
+        raise TypeError(f"expected a JSON object of topics, got {type(doc).__name__}")
+    ids: TopicIds = {}
+    partitions_only = {}
+    for topic, partitions in doc.items():
+        if isinstance(partitions, Mapping) and TOPIC_ID in partitions:
+            ids[str(topic)] = str(partitions[TOPIC_ID])
+            partitions = {k: v for k, v in partitions.items() if k != TOPIC_ID}
+        partitions_only[topic] = partitions
+    return from_json_dict(partitions_only), ids
+
+
+def recreated_topics(recorded: Mapping[str, str], current: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Topic -> (recorded id, current id) for topics whose id changed: deleted and created again.
+    A topic without an id on either side is unknown, never re-created."""
+    return {topic: (recorded[topic], current[topic]) for topic in sorted(recorded)
+            if current.get(topic) and recorded[topic] and current[topic] != recorded[topic]}
 
 
 def resolve_starting(spec: StartingOffsets, partitions: Iterable[TopicPartition],
@@ -172,20 +208,29 @@ def cap_at(end: Mapping[TopicPartition, int], target: Mapping[TopicPartition, in
 
 
 def plan_ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
-                earliest: Mapping[TopicPartition, int]) -> tuple[list[OffsetRange], list[DataLoss]]:
+                earliest: Mapping[TopicPartition, int],
+                recreated: Mapping[str, tuple[str, str]] | None = None) -> tuple[list[OffsetRange], list[DataLoss]]:
     """Ranges to read for a batch [start, end), with data loss notes.
 
     - a partition in ``end`` but not in ``start`` is new: read it from its earliest offset;
+    - a topic in ``recreated`` (its id changed between start and end, see :func:`recreated_topics`):
+      the old topic's unread records are lost whatever the offsets say: read from the earliest;
     - ``end`` below ``start``: the offsets were reset (topic re-created): read from the earliest;
     - ``start`` below the earliest retained offset: records were deleted before being read.
     In each loss case the range continues from the earliest available offset.
     """
     ranges: list[OffsetRange] = []
     losses: list[DataLoss] = []
+    recreated = recreated or {}
     for tp in sorted(end):
         low = earliest.get(tp, 0)
         until = end[tp]
         if tp not in start:
+            begin = min(low, until)
+        elif tp[0] in recreated:
+            old_id, new_id = recreated[tp[0]]
+            losses.append(DataLoss(*tp, f"topic {tp[0]} was re-created (topic id {old_id} -> {new_id}): records "
+                                        f"of the old topic from offset {start[tp]} on were never read"))
             begin = min(low, until)
         else:
             begin = start[tp]

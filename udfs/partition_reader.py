@@ -4,6 +4,11 @@ The consumer is assigned the partition at ``start`` (no consumer group, no commi
 until ``end`` and never past it: Spark's checkpoint holds the offsets, so a retried task or a
 restarted query reads exactly the same records. Gaps (compacted topics, transaction markers) are
 fine: the range is done once the consumer's position reaches ``end``.
+
+A broker that is slow or unreachable is waited for: every ``kafkaConsumer.pollTimeoutMs``
+without a record the wait is checked against ``brokerUnavailable.maxWaitMs`` (default: forever)
+and a WARNING says for how long (at most every 30 s). Authentication, TLS and ACL errors, which
+librdkafka reports through ``error_cb``, fail the read at once.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import time
 import uuid
 from typing import Iterator, Mapping
 
+from udfs.kafka_retry import (BrokerUnavailableError, Outage, RetryPolicy, describe, is_permanent, is_transient,
+                              permanent_error)
 from udfs.offsets import OffsetRange
 
 log = logging.getLogger("epochwatch.kafka_source")
@@ -33,8 +40,23 @@ class DataLossError(RuntimeError):
     """Records of the range no longer exist (retention, or the topic was re-created)."""
 
 
-class FetchTimeoutError(TimeoutError):
-    """The broker did not deliver the range in time."""
+class FetchTimeoutError(BrokerUnavailableError):
+    """The broker did not deliver the range within brokerUnavailable.maxWaitMs."""
+
+
+class ClientErrors:
+    """What librdkafka reported through ``error_cb`` (not tied to a message): the last transient
+    error, to say why a read waits, and the first permanent one, to stop waiting."""
+
+    def __init__(self):
+        self.last_transient: str | None = None
+        self.permanent = None
+
+    def record(self, error) -> None:
+        if is_permanent(error):
+            self.permanent = self.permanent or error
+        elif is_transient(error):
+            self.last_transient = describe(error)
 
 
 def consumer_settings(client: Mapping[str, str]) -> dict:
@@ -43,13 +65,15 @@ def consumer_settings(client: Mapping[str, str]) -> dict:
 
 
 def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int, poll_timeout_ms: int,
-                fail_on_data_loss: bool) -> Iterator[list]:
+                fail_on_data_loss: bool, retry: RetryPolicy = RetryPolicy()) -> Iterator[list]:
     """Yield lists of at most ``chunk_size`` messages covering [span.start, span.end) in order."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(consumer_settings(client))
+    errors = ClientErrors()
+    consumer = Consumer({**consumer_settings(client), "error_cb": errors.record})
     partition = TopicPartition(span.topic, span.partition)
     next_offset = span.start
+    stall: Outage | None = None
     try:
         consumer.assign([TopicPartition(span.topic, span.partition, next_offset)])
         deadline = time.monotonic() + poll_timeout_ms / 1000
@@ -57,7 +81,7 @@ def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int
             messages = consumer.consume(min(chunk_size, span.end - next_offset), _CONSUME_WAIT_S)
             failed = [m for m in messages if m.error() is not None]
             if failed:
-                resume, reassign = _on_errors(consumer, span, next_offset, failed, fail_on_data_loss)
+                resume, reassign = _on_errors(consumer, span, next_offset, failed, fail_on_data_loss, errors)
                 if resume is None:
                     return
                 if reassign:
@@ -71,25 +95,49 @@ def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int
             if messages:
                 next_offset = messages[-1].offset() + 1
                 deadline = time.monotonic() + poll_timeout_ms / 1000
+                if stall is not None:
+                    _log_recovered(stall)
+                    stall = None
                 yield messages
                 continue
             position = consumer.position([partition])[0].offset
             if position >= span.end:
                 return  # the rest of the range holds no records (compaction, transaction markers)
+            if errors.permanent is not None:
+                raise permanent_error(errors.permanent, f"reading {span.topic}-{span.partition}")
             if time.monotonic() > deadline:
-                raise FetchTimeoutError(
-                    f"{span.topic}-{span.partition}: no record at offset {next_offset} (range ends at {span.end}) "
-                    f"within kafkaConsumer.pollTimeoutMs={poll_timeout_ms}. Fix: check that the broker is "
-                    "reachable from the executors, or raise kafkaConsumer.pollTimeoutMs")
+                stall = stall or Outage(retry, f"reading {span.topic}-{span.partition} at offset {next_offset} "
+                                               f"(range ends at {span.end})",
+                                        started_ms=(deadline * 1000 - poll_timeout_ms))
+                _waited_too_long(stall, errors, poll_timeout_ms)
+                deadline = time.monotonic() + poll_timeout_ms / 1000
     finally:
         consumer.close()
 
 
+def _waited_too_long(stall: Outage, errors: ClientErrors, poll_timeout_ms: int) -> None:
+    """One more kafkaConsumer.pollTimeoutMs without a record: warn, or fail past the max wait."""
+    why = errors.last_transient or f"no record within kafkaConsumer.pollTimeoutMs={poll_timeout_ms}"
+    try:
+        step = stall.failed(time.monotonic() * 1000, why)
+    except BrokerUnavailableError as exc:
+        raise FetchTimeoutError(f"{exc}; each wait lasts kafkaConsumer.pollTimeoutMs={poll_timeout_ms}. Fix: check "
+                                "that the broker is reachable from the executors") from None
+    if step.warning:
+        log.warning(step.warning)
+
+
+def _log_recovered(stall: Outage) -> None:
+    closing = stall.recovered(time.monotonic() * 1000)
+    if closing:
+        log.warning(closing)
+
+
 def _on_errors(consumer, span: OffsetRange, next_offset: int, failed: list,
-               fail_on_data_loss: bool) -> tuple[int | None, bool]:
+               fail_on_data_loss: bool, errors: ClientErrors) -> tuple[int | None, bool]:
     """Where to continue after consumer errors (None: the range is finished) and whether the
     consumer must be re-assigned there."""
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
     for message in failed:
         error = message.error()
@@ -109,8 +157,8 @@ def _on_errors(consumer, span: OffsetRange, next_offset: int, failed: list,
             log.warning("%s is out of range [%d, %d): continuing from %d (failOnDataLoss=false)",
                         where, low, high, resume)
             return (resume if resume < span.end else None), True
-        if error.fatal() or code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.SASL_AUTHENTICATION_FAILED,
-                                     KafkaError._AUTHENTICATION, KafkaError._SSL):
-            raise KafkaException(error)
+        if is_permanent(error):
+            raise permanent_error(error, f"reading {span.topic}-{span.partition}")
+        errors.record(error)
         log.info("%s-%d: transient consumer error %s", span.topic, span.partition, error.str())
     return next_offset, False

@@ -305,12 +305,14 @@ def progress_after(query, batch_id: int, with_rows: bool = True) -> dict | None:
 
 
 def source_end(progress: dict) -> dict[str, int]:
-    """Partition -> end offset of the (single) source in one progress."""
+    """Partition -> end offset of the (single) source in one progress (topic ids left out)."""
     import json
+
+    from udfs.offsets import parse_source_offset
 
     end = progress["sources"][0]["endOffset"]
     end = json.loads(end) if isinstance(end, str) else end
-    return {p: o for partitions in (end or {}).values() for p, o in partitions.items()}
+    return {str(p): o for (_, p), o in parse_source_offset(end or {})[0].items()}
 
 
 def last_batch_id(query) -> int:

@@ -38,6 +38,10 @@ def test_kafka_options_pass_through_to_librdkafka_and_keys_are_case_insensitive(
     ({"startingOffset": "earliest"}, "startingoffset", "typo gets a did-you-mean"),
     ({"deadLetterTopic": "dlq"}, "deadLetterTopic", "dead letters need decoding"),
     ({"schema.registry.url": "http://127.0.0.1:8081"}, "schema.registry.url", "registry needs decode=avro"),
+    ({"brokerUnavailable.maxWaitMs": "0"}, "brokerUnavailable.maxWaitMs", "leave it out to wait forever"),
+    ({"brokerUnavailable.maxWaitMs": "forever"}, "brokerUnavailable.maxWaitMs", "forever is the default"),
+    ({"fetchOffset.retryIntervalMs": "-5"}, "fetchOffset.retryIntervalMs", "must be positive"),
+    ({"fetchOffset.numRetries": "3"}, "fetchoffset.numretries", "Spark's retry count: this source waits by time"),
 ])
 def test_bad_options_name_the_option_and_the_fix(extra, option, why):
     with pytest.raises(OptionError) as err:
@@ -65,3 +69,30 @@ def test_sink_options():
     assert options.topic == "alerts" and options.encode == "avro" and "group.id" not in options.client
     with pytest.raises(OptionError, match="encode"):
         parse_sink_options({"kafka.bootstrap.servers": "x", "encode": "json"})
+
+
+def test_waiting_for_an_unreachable_broker_defaults_to_forever():
+    policy = parse_source_options(BASE).retry_policy
+    assert (policy.retry_interval_ms, policy.attempt_timeout_ms, policy.max_wait_ms) == (10, 30_000, None)
+    policy = parse_source_options({**BASE, "fetchOffset.retryIntervalMs": "250", "fetchOffset.timeoutMs": "3000",
+                                   "brokerUnavailable.maxWaitMs": "600000"}).retry_policy
+    assert (policy.retry_interval_ms, policy.attempt_timeout_ms, policy.max_wait_ms) == (250, 3000, 600_000)
+    with pytest.raises(OptionError, match="leave the option out to wait forever"):
+        parse_source_options({**BASE, "brokerUnavailable.maxWaitMs": "forever"})
+
+
+def test_the_jobs_config_keys_are_options_the_source_knows():
+    """streaming.job passes KafkaSettings.source_options() to the source under the keys' names."""
+    from streaming import config
+
+    settings = config.load(overrides={"kafka.fetchOffset.retryIntervalMs": "100", "kafka.fetchOffset.timeoutMs": 2000,
+                                      "kafka.kafkaConsumer.pollTimeoutMs": 4000,
+                                      "kafka.brokerUnavailable.maxWaitMs": "60000"})
+    passed = settings.kafka.source_options()
+    assert passed == {"fetchOffset.retryIntervalMs": "100", "fetchOffset.timeoutMs": "2000",
+                      "kafkaConsumer.pollTimeoutMs": "4000", "brokerUnavailable.maxWaitMs": "60000"}
+    options = parse_source_options({**BASE, **passed})
+    assert options.poll_timeout_ms == 4000 and options.retry_policy.max_wait_ms == 60_000
+    assert config.load().kafka.source_options() == {}, "unset keys leave the source's defaults"
+    with pytest.raises(config.ConfigError, match="kafka.brokerUnavailable.maxWaitMs.*wait forever"):
+        config.load(overrides={"kafka.brokerUnavailable.maxWaitMs": 0})

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from udfs.offsets import (DataLoss, OffsetRange, OffsetSpecError, StartingOffsets, admit, cap_at, from_json_dict,
-                          plan_ranges, resolve_starting, split_ranges, to_json_dict)
+                          parse_source_offset, plan_ranges, recreated_topics, resolve_starting, split_ranges,
+                          to_json_dict)
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
 
@@ -132,3 +133,51 @@ def test_split_ranges(sizes, min_partitions, expected_parts, why):
         assert pieces[0].start == original.start and pieces[-1].end == original.end, why
         assert all(a.end == b.start for a, b in zip(pieces, pieces[1:])), why
         assert all(p.size > 0 for p in pieces), why
+
+
+OLD_ID, NEW_ID = "AaH9i1xncdOMlI3HdZ4m9Q", "AaH9i5evd1O9LLxUW5k+bA"   # ids tansu gave one topic before/after a restart
+
+
+def test_topic_ids_ride_along_in_the_same_deterministic_text():
+    doc = to_json_dict({("b", 0): 5, ("a", 10): 1, ("a", 2): 7}, {"a": OLD_ID, "gone": NEW_ID})
+    assert json.dumps(doc) == f'{{"a": {{"2": 7, "10": 1, "topicId": "{OLD_ID}"}}, "b": {{"0": 5}}}}', \
+        "partitions by number then the id; b has no id; a topic without partitions is left out"
+    assert parse_source_offset(json.loads(json.dumps(doc))) == ({("a", 10): 1, ("a", 2): 7, B0: 5}, {"a": OLD_ID})
+
+
+def test_offsets_from_checkpoints_written_before_topic_ids_still_load():
+    flat, ids = parse_source_offset({"a": {"0": 20, "1": 7}})
+    assert flat == {A0: 20, A1: 7} and ids == {}, "no id recorded: unknown"
+
+
+def test_starting_offsets_do_not_accept_a_topic_id():
+    with pytest.raises(OffsetSpecError):
+        StartingOffsets.parse(f'{{"a": {{"0": 1, "topicId": "{OLD_ID}"}}}}')
+
+
+@pytest.mark.parametrize("recorded, current, expected, why", [
+    ({"a": OLD_ID}, {"a": OLD_ID}, {}, "same topic"),
+    ({"a": OLD_ID}, {"a": NEW_ID}, {"a": (OLD_ID, NEW_ID)}, "deleted and created again: a new id (KIP-516)"),
+    ({}, {"a": NEW_ID}, {}, "old checkpoint, no id recorded: unknown, not re-created"),
+    ({"a": OLD_ID}, {}, {}, "the broker gave no id now (deleted meanwhile, or no topic ids): unknown"),
+    ({"a": OLD_ID, "b": OLD_ID}, {"a": OLD_ID, "b": NEW_ID}, {"b": (OLD_ID, NEW_ID)}, "per topic"),
+])
+def test_recreated_topics(recorded, current, expected, why):
+    assert recreated_topics(recorded, current) == expected, why
+
+
+def test_a_recreated_topic_already_longer_than_the_position_is_data_loss():
+    """20 records read; the topic comes back with 30: offsets alone look like 10 new records."""
+    start, end = {A0: 20}, {A0: 30}
+    assert plan_ranges(start, end, {A0: 0}) == ([OffsetRange("a", 0, 20, 30)], []), "what offsets alone say"
+    ranges, losses = plan_ranges(start, end, {A0: 0}, {"a": (OLD_ID, NEW_ID)})
+    assert ranges == [OffsetRange("a", 0, 0, 30)], "the new topic is read from its start (failOnDataLoss=false)"
+    [loss] = losses
+    assert (loss.topic, loss.partition) == ("a", 0)
+    assert "re-created" in str(loss) and OLD_ID in str(loss) and NEW_ID in str(loss) and "offset 20" in str(loss)
+
+
+def test_recreated_and_shorter_is_reported_once_as_recreated():
+    ranges, losses = plan_ranges({A0: 50, B0: 4}, {A0: 10, B0: 6}, {A0: 0, B0: 0}, {"a": (OLD_ID, NEW_ID)})
+    assert ranges == [OffsetRange("a", 0, 0, 10), OffsetRange("b", 0, 4, 6)]
+    assert [str(x).split(":")[0] for x in losses] == ["a-0"] and "re-created" in str(losses[0])
