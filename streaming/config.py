@@ -30,6 +30,10 @@ def _alias(name: str) -> dict:
     return {"yaml": name}
 
 
+def _source_option(name: str) -> dict:
+    return {"yaml": name, "source_option": True}
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     bootstrap_servers: str = field(default="127.0.0.1:9092", metadata=_alias("bootstrap.servers"))
@@ -41,8 +45,26 @@ class KafkaSettings:
     starting_offsets: str = field(default="latest", metadata=_alias("startingOffsets"))
     max_offsets_per_trigger: int | None = field(default=None, metadata=_alias("maxOffsetsPerTrigger"))
     fail_on_data_loss: str = field(default="true", metadata={**_alias("failOnDataLoss"), "choices": ("true", "false")})
+    # Waiting out an unreachable broker, passed to the source under the same names when set (None:
+    # the source's default, see udfs/kafka_source.py; brokerUnavailable.maxWaitMs None: forever).
+    retry_interval_ms: int | None = field(default=None, metadata=_source_option("fetchOffset.retryIntervalMs"))
+    request_timeout_ms: int | None = field(default=None, metadata=_source_option("fetchOffset.timeoutMs"))
+    poll_timeout_ms: int | None = field(default=None, metadata=_source_option("kafkaConsumer.pollTimeoutMs"))
+    broker_max_wait_ms: int | None = field(default=None, metadata=_source_option("brokerUnavailable.maxWaitMs"))
     # librdkafka settings passed through as-is (security.protocol, sasl.*, ssl.*, ...)
     client: Mapping[str, str] = field(default_factory=dict, metadata=_alias("client"))
+
+    def __post_init__(self):
+        for f in fields(self):
+            if f.metadata.get("source_option") and getattr(self, f.name) == 0:
+                fix = ("leave it out to wait forever, or give the longest wait in milliseconds, e.g. 600000"
+                       if f.name == "broker_max_wait_ms" else "leave it out for the default, or use a value above 0")
+                raise ConfigError(f"kafka.{f.metadata['yaml']}", "0 is not allowed", fix)
+
+    def source_options(self) -> dict[str, str]:
+        """The set ones of the keys that are Kafka source options of the same name."""
+        return {f.metadata["yaml"]: str(getattr(self, f.name)) for f in fields(self)
+                if f.metadata.get("source_option") and getattr(self, f.name) is not None}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ def kafka_events(spark, settings: Settings, starting_offsets: str | None = None)
         reader = reader.option("schema.registry.url", k.schema_registry_url)
     if k.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(k.max_offsets_per_trigger))
+    for name, value in k.source_options().items():
+        reader = reader.option(name, value)
     for name, value in k.client.items():
         reader = reader.option(f"kafka.{name}", value)
     return reader.load()
