@@ -139,7 +139,9 @@ class RetryPolicy:
         return min(cap, self.retry_interval_ms << min(max(0, failures - 1), 20))
 
     def budget(self) -> str:
-        return "waiting forever" if self.max_wait_ms is None else f"giving up after {MAX_WAIT_OPTION}={self.max_wait_ms}"
+        if self.max_wait_ms is None:
+            return "waiting forever"
+        return f"giving up after {MAX_WAIT_OPTION}={self.max_wait_ms}"
 
 
 @dataclass(frozen=True)
