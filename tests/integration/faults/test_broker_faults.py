@@ -29,7 +29,7 @@ from tests.integration.faults.support import (LiveTelemetry, broker_pid, firing,
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 BROKERS = [1, 2, 3]
-PAUSE_S = 15          # below the source's 30 s metadata timeout: a longer outage fails the query
+PAUSE_S = 15          # outages longer than the source's request deadline: test_source_outage.py
 FIRST_BATCH_S = 120   # query start + first batch (Python workers) on two busy cores
 
 
