@@ -7,8 +7,10 @@ No rule logic lives here. Grouping key: (cluster_id, kind, shard) -- see streami
 Time: in EventTime mode (replay, demo) the horizon is the watermark Spark hands the operator, and
 nothing later: Spark drops late rows with the *previous* batch's watermark, so a row up to one
 batch older than this key's newest event minus the lateness can still arrive. In ProcessingTime
-mode (the live job) the horizon is wall-clock time minus how far this key's events trail it
-(clamped to the allowed lateness), so a cluster that goes silent is still noticed by a timer.
+mode (the live job) the horizon is wall-clock time minus how far this key's newest events trailed
+the clock when they arrived, so a cluster that goes silent is still noticed by a timer, and a
+backlog after an input outage (the source's broker was unreachable, the job was down) is applied
+at its own pace instead of being overtaken by the clock.
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ class EpochwatchProcessor(StatefulProcessor):
         else:
             now = timerValues.getCurrentProcessingTimeInMs()
             if newest is not None:
-                offset = min(max(now - newest, 0), self.lateness_ms)
+                # Not capped: after an input outage the backlog trails the clock by the outage,
+                # and a horizon at "now" would time out every broker heard from in it.
+                offset = max(now - newest, 0)
             horizon = now - offset
         result = engine.step(events, horizon)
         self._store(engine, kind)

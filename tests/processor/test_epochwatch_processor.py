@@ -74,6 +74,29 @@ def test_processing_time_mode_detects_silence_with_wall_clock_timers():
     assert ("alert", "ClusterSilent", "firing") in alerts(fired)
 
 
+def test_processing_time_backlog_after_an_input_outage_pages_nobody():
+    """Why: when epochwatch's own input stalls (its Kafka unreachable for 22 s, no batch runs) the
+    first batch after it carries telemetry that trails the clock by the outage; a horizon at the
+    batch's wall-clock time would time out every broker still queued behind it."""
+    tester = TwsTester(EpochwatchProcessor(RuleSettings(), "ProcessingTime", 2000), timeMode="ProcessingTime")
+    out = [spark_batch(tester, T0 + 18500, frame(heartbeats((1, 2, 3), 0, 18000)))]
+    out.append(spark_batch(tester, T0 + 40500, frame(heartbeats((1, 2, 3), 18000, 30000))))  # part of the backlog
+    out.append(spark_batch(tester, T0 + 41500, frame(heartbeats((1, 2, 3), 30000, 41000))))
+    assert [a for pdf in out for a in alerts(pdf) if a[2] == "firing"] == []
+    # and once the backlog is applied, real silence still pages from the timer
+    fired = tester.setProcessingTime(T0 + 60000)
+    assert ("alert", "ClusterSilent", "firing") in alerts(fired)
+
+
+def spark_batch(tester, now_ms, pdf):
+    """One micro-batch as Spark runs it: the batch's time, its input first, then expired timers.
+    (TwsTester.setProcessingTime fires timers at once, so the time is set without it first.)"""
+    tester._currentProcessingTimeMs = now_ms - 1
+    out = tester.testInPandas(KEY, pdf)
+    fired = tester.setProcessingTime(now_ms)
+    return pd.concat([out, fired], ignore_index=True)
+
+
 def test_dead_letter_rows_pass_through_untouched():
     tester = event_time_tester()
     pdf = pd.DataFrame([{"event_type": None, "event_ms": None, "dlq_reason": "bad_magic_byte", "dlq_detail": "x",
