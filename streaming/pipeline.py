@@ -1,5 +1,6 @@
-"""Query wiring: decoded events -> routes -> transformWithState -> output rows. A few lines on
-purpose: the logic is in streaming.engine, the state layout in streaming.processor."""
+"""Query wiring: decoded events -> routes -> packs -> transformWithState -> output rows. A few
+lines on purpose: the logic is in streaming.engine, the state layout in streaming.processor, why
+events travel in packs in streaming.packs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streaming.config import RuleSettings
+from streaming.packs import KEY_COLUMNS, PACK_SCHEMA, pack_batches
 from streaming.processor import EpochwatchProcessor, EpochwatchRowProcessor
 from streaming.routing import with_routes
 from streaming.state_schema import OUTPUT_SCHEMA
@@ -22,15 +24,16 @@ def detect(events: DataFrame, rules: RuleSettings, time_mode: str, api: str = "p
     if time_mode not in (EVENT_TIME, PROCESSING_TIME):
         raise ValueError(f"time_mode must be {EVENT_TIME} or {PROCESSING_TIME}, not {time_mode!r}")
     routed = with_routes(events, rules.client_shards, rules.max_future_ms)
-    if time_mode == EVENT_TIME:
-        routed = routed.withWatermark("event_time", f"{rules.allowed_lateness_ms} milliseconds")
     columns = [*decoded_column_names(), *KAFKA_COLUMNS, *DEAD_LETTER_COLUMNS, "event_ms", "kind", "shard"]
     present = [c for c in dict.fromkeys(columns) if c in routed.columns]
-    grouped = routed.select(*present).groupBy(F.col("cluster_id"), F.col("kind"), F.col("shard"))
+    packs = routed.select(*present).mapInArrow(pack_batches, PACK_SCHEMA)
+    if time_mode == EVENT_TIME:
+        packs = packs.withWatermark("event_time", f"{rules.allowed_lateness_ms} milliseconds")
+    grouped = packs.groupBy(*(F.col(c) for c in KEY_COLUMNS))
     if api == "row":
         return grouped.transformWithState(
-            statefulProcessor=EpochwatchRowProcessor(rules, time_mode, rules.allowed_lateness_ms),
+            statefulProcessor=EpochwatchRowProcessor(rules, time_mode),
             outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode=time_mode)
     return grouped.transformWithStateInPandas(
-        statefulProcessor=EpochwatchProcessor(rules, time_mode, rules.allowed_lateness_ms),
+        statefulProcessor=EpochwatchProcessor(rules, time_mode),
         outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode=time_mode)

@@ -4,8 +4,10 @@ It declares every state variable once in ``init``, turns input rows into event d
 engine for one step, stores the state back and registers one timer for the next deadline.
 No rule logic lives here. Grouping key: (cluster_id, kind, shard) -- see streaming.routing.
 
+Input rows are packs of events (streaming.packs), not one row per event.
+
 Time: in EventTime mode (replay, demo) the horizon is the watermark Spark hands the operator, and
-nothing later: Spark drops late rows with the *previous* batch's watermark, so a row up to one
+nothing later: Spark drops late packs with the *previous* batch's watermark, so an event up to one
 batch older than this key's newest event minus the lateness can still arrive. In ProcessingTime
 mode (the live job) the horizon is wall-clock time minus how far this key's newest events trailed
 the clock when they arrived, so a cluster that goes silent is still noticed by a timer, and a
@@ -17,15 +19,17 @@ from __future__ import annotations
 
 import json
 import pickle
+import random
 from typing import Iterator
 
-import numpy as np
+import orjson
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
 from streaming.engine import KeyEngine
+from streaming.packs import unpack
 from streaming.rules import records
 from streaming.state_schema import (ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA,
                                     schema_of)
@@ -42,11 +46,34 @@ ENTITY_ID = {"brokers": lambda r: r.broker_id, "clients": lambda r: r.client_id,
 DEAD_LETTER_KIND = "dead_letter"
 
 
+class EngineCache:
+    """The engines this Python worker stored last, by state key.
+
+    Spark reuses its Python workers across micro-batches, so a key that comes back to the same
+    worker skips rebuilding its state (100,000 clients' JSON every batch). The generation stored
+    with the key's state proves the cached engine is exactly what the store holds: a failed batch,
+    another worker, or a restart from the checkpoint all change it, and the state is read instead.
+    """
+
+    def __init__(self):
+        self._engines: dict[tuple, tuple[int, KeyEngine]] = {}
+
+    def take(self, key: tuple, generation: int) -> KeyEngine | None:
+        # removed while in use: a step that fails half-way must not leave a half-updated engine
+        cached = self._engines.pop(key, None)
+        return cached[1] if cached and generation and cached[0] == generation else None
+
+    def keep(self, key: tuple, generation: int, engine: KeyEngine) -> None:
+        self._engines[key] = (generation, engine)
+
+
+_ENGINES = EngineCache()
+
+
 class EpochwatchProcessor(StatefulProcessor):
-    def __init__(self, settings: RuleSettings, time_mode: str, lateness_ms: int):
+    def __init__(self, settings: RuleSettings, time_mode: str):
         self.settings = settings
         self.event_time_mode = time_mode.lower() == "eventtime"
-        self.lateness_ms = lateness_ms
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -60,7 +87,8 @@ class EpochwatchProcessor(StatefulProcessor):
     # --- Spark entry points ---------------------------------------------------------------------
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        yield _frame(self._handle(key, [ev for pdf in rows for ev in _records(pdf)], timerValues))
+        yield _frame(self._handle(key, [ev for pdf in rows for pack in pdf["payload"] for ev in unpack(pack)],
+                                  timerValues))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         yield _frame(self._handle(key, [], timerValues))
@@ -77,8 +105,10 @@ class EpochwatchProcessor(StatefulProcessor):
     # --- one step -------------------------------------------------------------------------------
 
     def _step(self, cluster_id: str, kind: str, shard: int, events: list[dict], timerValues) -> list[dict]:
-        engine = self._load(cluster_id, kind, shard)
-        horizon_prev, offset, timer_ms = self.meta.get() or (records.NO_TIME, 0, records.NO_TIME)
+        meta = self.meta.get()
+        _, offset, timer_ms, generation = meta or (records.NO_TIME, 0, records.NO_TIME, 0)
+        cache_key = (self.settings, cluster_id, kind, shard)
+        engine = _ENGINES.take(cache_key, generation) or self._load(cluster_id, kind, shard, meta)
         newest = max((ev["event_time"] for ev in events), default=None)
         if self.event_time_mode:
             horizon = timerValues.getCurrentWatermarkInMs()
@@ -92,7 +122,9 @@ class EpochwatchProcessor(StatefulProcessor):
         result = engine.step(events, horizon)
         self._store(engine, kind)
         timer_ms = self._schedule(result.deadline, offset, timer_ms)
-        self.meta.update((engine.horizon, offset, timer_ms))
+        generation = random.getrandbits(62) + 1
+        self.meta.update((engine.horizon, offset, timer_ms, generation))
+        _ENGINES.keep(cache_key, generation, engine)
         return _output_rows(cluster_id, engine.horizon, result)
 
     def _schedule(self, deadline: int | None, offset: int, current: int) -> int:
@@ -105,7 +137,7 @@ class EpochwatchProcessor(StatefulProcessor):
             self.handle.registerTimer(wanted)
         return wanted
 
-    def _load(self, cluster_id: str, kind: str, shard: int) -> KeyEngine:
+    def _load(self, cluster_id: str, kind: str, shard: int, meta) -> KeyEngine:
         engine = KeyEngine.new(kind, cluster_id, shard, self.settings)
         name, cls = ENTITY_STATE[kind]
         table, ident = engine.table, ENTITY_ID[kind]
@@ -119,7 +151,6 @@ class EpochwatchProcessor(StatefulProcessor):
                 table.cluster = records.from_row(records.ClusterRecord, row)
         engine.tracker = AlertTracker.from_rows(cluster_id, self.settings, self.alerts.get())
         engine.buffer = [ev for _, chunk in self.buffer.get() for ev in pickle.loads(chunk)]
-        meta = self.meta.get()
         engine.horizon = meta[0] if meta else records.NO_TIME
         return engine
 
@@ -127,7 +158,7 @@ class EpochwatchProcessor(StatefulProcessor):
         name, _ = ENTITY_STATE[kind]
         entities = getattr(engine.table, name).values()
         if name in JSON_TABLES:
-            _put_json(self.entities[name], [records.to_dict(r) for r in entities])
+            _put_json(self.entities[name], list(entities))
         else:
             _put(self.entities[name], [records.to_row(r) for r in entities])
         if kind == "brokers":
@@ -141,20 +172,14 @@ class EpochwatchProcessor(StatefulProcessor):
         if name not in JSON_TABLES:
             return self.entities[name].get()
         stored = self.entities[name].get()
-        return json.loads(stored[1]) if stored else []
+        return orjson.loads(stored[1]) if stored else []
 
 
 class EpochwatchRowProcessor(EpochwatchProcessor):
     """The same processor for ``transformWithState`` (Row API): only rows in and out differ."""
 
     def handleInputRows(self, key, rows, timerValues):
-        events = []
-        for row in rows:
-            ev = row.asDict()
-            ev["event_time"] = ev.pop("event_ms")
-            if ev.get("kafka_timestamp") is not None:
-                ev["kafka_timestamp"] = int(ev["kafka_timestamp"].timestamp() * 1000)
-            events.append(ev)
+        events = [ev for row in rows for ev in unpack(row.payload)]
         yield from _rows(self._handle(key, events, timerValues))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
@@ -175,8 +200,8 @@ def _grouping_key(key) -> tuple:
 
 
 def _put_json(state, rows: list) -> None:
-    if rows:
-        state.update((len(rows), json.dumps(rows, separators=(",", ":"))))
+    if rows:  # orjson writes the record dataclasses as JSON objects directly
+        state.update((len(rows), orjson.dumps(rows).decode()))
     else:
         state.clear()
 
@@ -189,35 +214,6 @@ def _put(state, rows: list[tuple]) -> None:
 
 
 # --- rows in and out ------------------------------------------------------------------------
-
-def _records(pdf: pd.DataFrame) -> list[dict]:
-    """Rows of one input frame as dicts, with real None for nulls (pandas turns nullable ints into
-    floats with NaN) and ``event_time`` as integer milliseconds."""
-    if pdf.empty:
-        return []
-    columns = {}
-    for name in pdf.columns:
-        if name == "event_time" and "event_ms" in pdf.columns:
-            continue  # replaced by event_ms below
-        series = pdf[name]
-        if series.dtype.kind in "fM":
-            nat = series.isna().to_numpy()
-            arr = series.to_numpy()
-            if series.dtype.kind == "M":
-                arr = arr.astype("datetime64[ms]").astype("int64")
-            values = np.where(nat, 0, arr).astype("int64").tolist()
-            for i in np.flatnonzero(nat).tolist():
-                values[i] = None
-        else:
-            values = series.tolist()  # object columns from Arrow carry None for null
-        columns[name] = values
-    if "event_ms" in columns:
-        columns["event_time"] = columns.pop("event_ms")
-    names = list(columns)
-    # A wide row has every event type's columns; an event carries only its own non-null ones
-    # (rules read optional fields with .get), which keeps the dicts and the buffer small.
-    return [{k: v for k, v in zip(names, row) if v is not None} for row in zip(*columns.values())]
-
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=OUTPUT_COLUMNS) if rows else pd.DataFrame(

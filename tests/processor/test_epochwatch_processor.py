@@ -2,12 +2,15 @@
 emits rows, and its timers make silence visible."""
 
 import json
+from datetime import datetime, timezone
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming.config import RuleSettings
+from streaming.packs import pack
 from streaming.processor import EpochwatchProcessor
 from tests.unit.rules.builders import heartbeats
 
@@ -15,13 +18,15 @@ KEY = ("c1", "brokers", 0)
 T0 = 1_700_000_000_000
 
 
-def frame(events):
+def frame(events, key=KEY):
+    """The events as Spark hands them to the processor: routed to ``key`` and packed."""
     rows = []
     for ev in events:
-        row = dict(ev)
-        row["event_ms"] = T0 + row.pop("event_time")
-        rows.append(row)
-    return pd.DataFrame(rows)
+        ms = T0 + ev["event_time"]
+        rows.append({**ev, "event_time": datetime.fromtimestamp(ms / 1000, timezone.utc), "event_ms": ms,
+                     "kind": key[1], "shard": key[2]})
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    return pack(pa.table({k: pa.array([r.get(k) for r in rows]) for k in names})).to_pandas()
 
 
 def alerts(pdf):
@@ -30,8 +35,8 @@ def alerts(pdf):
 
 
 def event_time_tester():
-    return TwsTester(EpochwatchProcessor(RuleSettings(), "EventTime", 2000), timeMode="EventTime",
-                     eventTimeExtractor=lambda row: int(row["event_ms"]))
+    return TwsTester(EpochwatchProcessor(RuleSettings(), "EventTime"), timeMode="EventTime",
+                     eventTimeExtractor=lambda row: int(row["event_time"].timestamp() * 1000))
 
 
 def test_state_is_one_row_per_broker_and_inspectable():
@@ -66,7 +71,7 @@ def test_whole_cluster_silent_fires_from_the_timer_alone():
 
 def test_processing_time_mode_detects_silence_with_wall_clock_timers():
     """Why: the live job must page for a silent cluster although no data (and no watermark) moves."""
-    processor = EpochwatchProcessor(RuleSettings(), "ProcessingTime", 2000)
+    processor = EpochwatchProcessor(RuleSettings(), "ProcessingTime")
     tester = TwsTester(processor, timeMode="ProcessingTime")
     tester.setProcessingTime(T0 + 18000)
     tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 18000)))
@@ -78,7 +83,7 @@ def test_processing_time_backlog_after_an_input_outage_pages_nobody():
     """Why: when epochwatch's own input stalls (its Kafka unreachable for 22 s, no batch runs) the
     first batch after it carries telemetry that trails the clock by the outage; a horizon at the
     batch's wall-clock time would time out every broker still queued behind it."""
-    tester = TwsTester(EpochwatchProcessor(RuleSettings(), "ProcessingTime", 2000), timeMode="ProcessingTime")
+    tester = TwsTester(EpochwatchProcessor(RuleSettings(), "ProcessingTime"), timeMode="ProcessingTime")
     out = [spark_batch(tester, T0 + 18500, frame(heartbeats((1, 2, 3), 0, 18000)))]
     out.append(spark_batch(tester, T0 + 40500, frame(heartbeats((1, 2, 3), 18000, 30000))))  # part of the backlog
     out.append(spark_batch(tester, T0 + 41500, frame(heartbeats((1, 2, 3), 30000, 41000))))
@@ -99,10 +104,18 @@ def spark_batch(tester, now_ms, pdf):
 
 def test_dead_letter_rows_pass_through_untouched():
     tester = event_time_tester()
-    pdf = pd.DataFrame([{"event_type": None, "event_ms": None, "dlq_reason": "bad_magic_byte", "dlq_detail": "x",
-                         "raw_key": b"k", "raw_value": b"\x07junk", "kafka_topic": "t", "kafka_partition": 1,
-                         "kafka_offset": 42}])
-    out = TwsTester(EpochwatchProcessor(RuleSettings(), "None", 0)).testInPandas(("", "dead_letter", 1), pdf)
+    key = ("", "dead_letter", 1)
+    pdf = pack(pa.Table.from_pylist([{
+        "cluster_id": "", "kind": "dead_letter", "shard": 1, "event_type": None, "event_ms": None,
+        "event_time": None, "dlq_reason": "bad_magic_byte", "dlq_detail": "x", "raw_key": b"k",
+        "raw_value": b"\x07junk", "kafka_topic": "t", "kafka_partition": 1, "kafka_offset": 42}],
+        schema=pa.schema([("cluster_id", pa.string()), ("kind", pa.string()), ("shard", pa.int32()),
+                          ("event_type", pa.string()), ("event_ms", pa.int64()),
+                          ("event_time", pa.timestamp("us", tz="UTC")), ("dlq_reason", pa.string()),
+                          ("dlq_detail", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()),
+                          ("kafka_topic", pa.string()), ("kafka_partition", pa.int32()),
+                          ("kafka_offset", pa.int64())]))).to_pandas()
+    out = TwsTester(EpochwatchProcessor(RuleSettings(), "None")).testInPandas(key, pdf)
     (row,) = out.to_dict("records")
     assert row["kind"] == "dead_letter" and row["raw_value"] == b"\x07junk"
     assert json.loads(row["payload"])["reason"] == "bad_magic_byte"

@@ -1,0 +1,101 @@
+"""Events travel to the stateful operator in packs: one row per state key (cluster, kind, shard)
+per Arrow batch, carrying that key's events as Arrow IPC bytes.
+
+Why: Spark hands a Python stateful operator its input row by row through the JVM, and that path
+alone ran at ~18,000 rows/s on the 2-core machine (bench/RESULTS.md) before any rule ran. A pack
+pays that cost once for up to a whole Arrow batch of events; the events themselves move as Arrow
+columns (C++), and the processor turns them into dicts as it did from pandas frames.
+
+A pack's ``event_time`` is the newest event time in it (null for dead letters, which must not
+move the watermark): the watermark is the same as with one row per event, and Spark drops a pack
+as late only when every event in it is late. Late events inside a kept pack reach the engine,
+which applies them and counts them as late.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+                               TimestampType)
+
+KEY_COLUMNS = ("cluster_id", "kind", "shard")
+PACK_SCHEMA = StructType([
+    StructField("cluster_id", StringType()),
+    StructField("kind", StringType()),
+    StructField("shard", IntegerType()),
+    StructField("event_time", TimestampType()),   # newest event in the pack
+    StructField("events", LongType()),
+    StructField("payload", BinaryType()),         # Arrow IPC stream of the events
+])
+_TIME = pa.timestamp("us", tz="UTC")
+_ARROW_SCHEMA = pa.schema([("cluster_id", pa.string()), ("kind", pa.string()), ("shard", pa.int32()),
+                          ("event_time", _TIME), ("events", pa.int64()), ("payload", pa.binary())])
+# routing columns: the grouping key says them once for the whole pack
+_NOT_PACKED = frozenset({"kind", "shard", "event_time", "event_ms"})
+
+
+def pack_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``DataFrame.mapInArrow`` function: routed event rows in, one pack row per key out."""
+    for batch in batches:
+        if batch.num_rows:
+            yield pack(batch)
+
+
+def pack(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    """Group the routed rows of one batch by state key, in order of first appearance."""
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    events = _event_columns(table)
+    keyed = table.select(list(KEY_COLUMNS)).append_column("_row", pa.array(np.arange(table.num_rows)))
+    groups = keyed.group_by(list(KEY_COLUMNS), use_threads=False).aggregate([("_row", "list")])
+    newest = table.column("event_time")
+    out = {name: [] for name in _ARROW_SCHEMA.names}
+    for cluster_id, kind, shard, rows in zip(*(groups.column(c).to_pylist() for c in (*KEY_COLUMNS, "_row_list"))):
+        indices = pa.array(rows, pa.int64())
+        out["cluster_id"].append(cluster_id)
+        out["kind"].append(kind)
+        out["shard"].append(shard)
+        out["event_time"].append(pc.max(newest.take(indices)).as_py())
+        out["events"].append(len(rows))
+        out["payload"].append(_ipc_bytes(_without_empty_columns(events.take(indices))))
+    return pa.RecordBatch.from_pydict(out, schema=_ARROW_SCHEMA)
+
+
+def unpack(payload: bytes) -> list[dict]:
+    """A pack's events as dicts: only non-null fields, ``event_time`` in integer milliseconds."""
+    table = pa.ipc.open_stream(payload).read_all()
+    names = table.column_names
+    columns = [column.to_pylist() for column in table.columns]
+    return [{k: v for k, v in zip(names, row) if v is not None} for row in zip(*columns)]
+
+
+def _event_columns(table: pa.Table) -> pa.Table:
+    """The fields an event dict carries: times as integer milliseconds."""
+    names, arrays = [], []
+    for name, column in zip(table.column_names, table.columns):
+        if name in _NOT_PACKED:
+            continue
+        if pa.types.is_timestamp(column.type):
+            column = pc.cast(column, pa.timestamp("ms", tz="UTC"), safe=False).cast(pa.int64())
+        names.append(name)
+        arrays.append(column)
+    if "event_ms" in table.column_names:
+        names.append("event_time")
+        arrays.append(table.column("event_ms"))
+    return pa.table(arrays, names=names)
+
+
+def _without_empty_columns(table: pa.Table) -> pa.Table:
+    # a pack usually holds one or two event types: most of the wide row's columns are all null
+    keep = [i for i, column in enumerate(table.columns) if column.null_count < len(column)]
+    return table.select(keep) if len(keep) < table.num_columns else table
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
