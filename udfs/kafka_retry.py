@@ -89,13 +89,13 @@ def is_transient(error: BaseException | object) -> bool:
 
 
 def is_permanent(error: BaseException | object) -> bool:
-    """Whether ``error`` is one of the known causes that never go away by waiting (the ones that
-    abort a wait even when librdkafka only reports them through ``error_cb``)."""
+    """Whether ``error`` is a fatal, authentication, ACL or TLS error: the causes that abort a
+    wait even when librdkafka reports them only through ``error_cb`` (a request that fails for
+    any other non-transient reason fails at once anyway)."""
     found = kafka_error(error)
     if found is None:
         return False
-    names = _AUTHENTICATION + _AUTHORIZATION + ("_SSL",) + _CONFIGURATION
-    return found.fatal() or found.code() in _codes(names)
+    return found.fatal() or found.code() in _codes(_AUTHENTICATION + _AUTHORIZATION + ("_SSL",))
 
 
 def fix_for(error: BaseException | object) -> str:

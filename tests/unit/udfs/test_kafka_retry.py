@@ -38,14 +38,15 @@ def test_classification(error, transient, why):
     assert is_transient(error) is transient, why
 
 
-@pytest.mark.parametrize("code, words", [
-    (KafkaError._AUTHENTICATION, "kafka.sasl.mechanism"),
-    (KafkaError.TOPIC_AUTHORIZATION_FAILED, "ACLs"),
-    (KafkaError._SSL, "kafka.ssl."),
-    (KafkaError._INVALID_ARG, "kafka.* option"),
+@pytest.mark.parametrize("code, aborts_a_wait, words", [
+    (KafkaError._AUTHENTICATION, True, "kafka.sasl.mechanism"),
+    (KafkaError.TOPIC_AUTHORIZATION_FAILED, True, "ACLs"),
+    (KafkaError._SSL, True, "kafka.ssl."),
+    (KafkaError._INVALID_ARG, False, "kafka.* option"),   # only ever the answer to a request, never retried
 ])
-def test_permanent_errors_name_the_fix(code, words):
-    assert is_permanent(err(code))
+def test_permanent_errors_name_the_fix(code, aborts_a_wait, words):
+    assert not is_transient(err(code))
+    assert is_permanent(err(code)) is aborts_a_wait
     assert words in fix_for(err(code))
 
 
