@@ -19,6 +19,11 @@ class OutputBatch:
     summaries: list[dict] = field(default_factory=list)
     dead_letters: list[dict] = field(default_factory=list)  # payload + raw_key/raw_value bytes
 
+    @property
+    def late_events(self) -> int:
+        """Events that arrived after their key's horizon had passed them (applied late)."""
+        return sum(s.get("events", 0) for s in self.summaries if s.get("kind") == "late")
+
     @classmethod
     def from_rows(cls, batch_id: int, rows) -> "OutputBatch":
         batch = cls(batch_id)

@@ -95,7 +95,7 @@ class KeyEngine:
         for ev in ready:
             t = ev["event_time"]
             if t < floor:
-                out.late += 1  # arrived after we evaluated its time (processing-time mode only)
+                out.late += 1  # arrived after we evaluated its time: applied now, and counted
             if deadline is not None and deadline < t:
                 # The cached deadline may be stale (the entity that set it has been heard from
                 # since): recompute before paying for an evaluation of every entity.
@@ -175,6 +175,9 @@ class KeyEngine:
             out.summaries.append({"cluster_id": self.cluster_id, "kind": "clients", "shard": self.shard,
                                   "stale_clients": stale, "overdue_clients": overdue})
         table.touched = set()
+        if out.late:
+            out.summaries.append({"cluster_id": self.cluster_id, "kind": "late", "key_kind": self.kind,
+                                  "shard": self.shard, "events": out.late})
 
 
 def _event_time(ev: dict) -> int:

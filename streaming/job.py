@@ -130,10 +130,11 @@ class ProgressListener(StreamingQueryListener):
         from streaming.metrics import source_lag
 
         lag = sum(source_lag(s) or 0 for s in p.get("sources", []))
+        late = self.metrics.late_in_batch(p["batchId"]) if self.metrics is not None else "?"
         self.emit(f"batch {p['batchId']}: {p['numInputRows']} events, "
                   f"{p.get('inputRowsPerSecond') or 0:.0f} in/s, {p.get('processedRowsPerSecond') or 0:.0f} done/s, "
                   f"{p['durationMs'].get('triggerExecution', 0)} ms, lag {lag:.0f}, "
-                  f"state rows {ops[0].get('numRowsTotal', 0)}, late {ops[0].get('numRowsDroppedByWatermark', 0)}")
+                  f"state rows {ops[0].get('numRowsTotal', 0)}, late {late}")
 
     def onQueryIdle(self, event) -> None:
         if self.metrics is not None:

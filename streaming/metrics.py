@@ -88,7 +88,8 @@ class Metrics:
                                          ["alertname", "severity", "status"], registry=r)
         self.dead_letters = Counter("epochwatch_dead_letters_total", "Input records sent to the dead-letter topic",
                                     ["reason"], registry=r)
-        self.late_events = Counter("epochwatch_late_events_total", "Rows dropped as later than the watermark", registry=r)
+        self.late_events = Counter("epochwatch_late_events_total",
+                                   "Events that arrived after the allowed lateness (applied late, not dropped)", registry=r)
         self.input_events = Counter("epochwatch_input_events_total", "Input rows read by the query", registry=r)
         self.input_rate = Gauge("epochwatch_input_rows_per_second", "Input rate of the last micro-batch", registry=r)
         self.processed_rate = Gauge("epochwatch_processed_rows_per_second", "Processing rate of the last micro-batch",
@@ -109,6 +110,7 @@ class Metrics:
         self._firing: dict[str, tuple[str, str, str]] = {}     # fingerprint -> firing gauge labels
         self._resolved: OrderedDict[str, None] = OrderedDict()
         self._alerts_lock = threading.Lock()
+        self._late_by_batch: dict[int, int] = {}
         self._server = None
 
     # --- serving -------------------------------------------------------------------------
@@ -140,9 +142,6 @@ class Metrics:
             self.batch_duration.observe(_number(trigger_ms) / 1000)
         operators = progress.get("stateOperators") or []
         self.state_rows.set(sum(_number(op.get("numRowsTotal")) for op in operators))
-        dropped = sum(_number(op.get("numRowsDroppedByWatermark")) for op in operators)
-        if dropped > 0:
-            self.late_events.inc(dropped)
         lags = [source_lag(s) for s in progress.get("sources") or []]
         known = [lag for lag in lags if lag is not None]
         if known:
@@ -207,6 +206,17 @@ class Metrics:
         self.clients_stale.labels(cluster_id).set(sum(s for s, _ in shards))
         self.clients_overdue.labels(cluster_id).set(sum(o for _, o in shards))
 
+    def observe_late(self, batch_id: int, events: int) -> None:
+        if events > 0:
+            self.late_events.inc(events)
+        self._late_by_batch[batch_id] = events
+        for old in [b for b in self._late_by_batch if b < batch_id - 100]:
+            del self._late_by_batch[old]
+
+    def late_in_batch(self, batch_id: int) -> int:
+        """Late events of a batch whose output this registry has seen (the progress line's figure)."""
+        return self._late_by_batch.get(batch_id, 0)
+
     def observe_dead_letters(self, counts_by_reason: Mapping[str, int]) -> None:
         for reason, count in counts_by_reason.items():
             if count:
@@ -222,6 +232,7 @@ class Metrics:
             elif summary.get("kind") == "clients":
                 self.observe_client_summary(summary["cluster_id"], summary["shard"], summary["stale_clients"],
                                             summary["overdue_clients"])
+        self.observe_late(batch.batch_id, batch.late_events)
         reasons: dict[str, int] = {}
         for letter in batch.dead_letters:
             reason = str(letter.get("reason") or "undecodable")

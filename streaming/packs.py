@@ -6,10 +6,11 @@ alone ran at ~18,000 rows/s on the 2-core machine (bench/RESULTS.md) before any 
 pays that cost once for up to a whole Arrow batch of events; the events themselves move as Arrow
 columns (C++), and the processor turns them into dicts as it did from pandas frames.
 
-A pack's ``event_time`` is the newest event time in it (null for dead letters, which must not
-move the watermark): the watermark is the same as with one row per event, and Spark drops a pack
-as late only when every event in it is late. Late events inside a kept pack reach the engine,
-which applies them and counts them as late.
+Packs carry no event time, so Spark never drops one as late: the watermark moves on one *clock*
+row per Arrow batch (kind ``clock``, the batch's newest event time, no events), the same watermark
+as with one row per event. Every event reaches the engine; one older than its key's horizon is
+applied late and counted (``late`` summaries -> epochwatch_late_events_total), never dropped.
+A dead letter's time (maybe the year 3000) does not count for the clock.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, St
                                TimestampType)
 
 KEY_COLUMNS = ("cluster_id", "kind", "shard")
+CLOCK_KIND = "clock"
 PACK_SCHEMA = StructType([
     StructField("cluster_id", StringType()),
     StructField("kind", StringType()),
     StructField("shard", IntegerType()),
-    StructField("event_time", TimestampType()),   # newest event in the pack
+    StructField("event_time", TimestampType()),   # clock rows only: the batch's newest event
     StructField("events", LongType()),
     StructField("payload", BinaryType()),         # Arrow IPC stream of the events
 ])
@@ -51,16 +53,19 @@ def pack(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     events = _event_columns(table)
     keyed = table.select(list(KEY_COLUMNS)).append_column("_row", pa.array(np.arange(table.num_rows)))
     groups = keyed.group_by(list(KEY_COLUMNS), use_threads=False).aggregate([("_row", "list")])
-    newest = table.column("event_time")
     out = {name: [] for name in _ARROW_SCHEMA.names}
     for cluster_id, kind, shard, rows in zip(*(groups.column(c).to_pylist() for c in (*KEY_COLUMNS, "_row_list"))):
         indices = pa.array(rows, pa.int64())
         out["cluster_id"].append(cluster_id)
         out["kind"].append(kind)
         out["shard"].append(shard)
-        out["event_time"].append(pc.max(newest.take(indices)).as_py())
+        out["event_time"].append(None)
         out["events"].append(len(rows))
         out["payload"].append(_ipc_bytes(_without_empty_columns(events.take(indices))))
+    newest = pc.max(table.column("event_time")).as_py()  # null for dead letters (streaming.routing)
+    if newest is not None:
+        for name, value in zip(_ARROW_SCHEMA.names, ("", CLOCK_KIND, 0, newest, 0, b"")):
+            out[name].append(value)
     return pa.RecordBatch.from_pydict(out, schema=_ARROW_SCHEMA)
 
 

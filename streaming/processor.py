@@ -4,11 +4,12 @@ It declares every state variable once in ``init``, turns input rows into event d
 engine for one step, stores the state back and registers one timer for the next deadline.
 No rule logic lives here. Grouping key: (cluster_id, kind, shard) -- see streaming.routing.
 
-Input rows are packs of events (streaming.packs), not one row per event.
+Input rows are packs of events (streaming.packs), not one row per event, plus clock rows that
+only move the watermark.
 
 Time: in EventTime mode (replay, demo) the horizon is the watermark Spark hands the operator, and
-nothing later: Spark drops late packs with the *previous* batch's watermark, so an event up to one
-batch older than this key's newest event minus the lateness can still arrive. In ProcessingTime
+nothing later. Events older than the horizon still arrive (packs are never dropped as late): the
+engine applies them late and reports how many. In ProcessingTime
 mode (the live job) the horizon is wall-clock time minus how far this key's newest events trailed
 the clock when they arrived, so a cluster that goes silent is still noticed by a timer, and a
 backlog after an input outage (the source's broker was unreachable, the job was down) is applied
@@ -29,7 +30,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
 from streaming.engine import KeyEngine
-from streaming.packs import unpack
+from streaming.packs import CLOCK_KIND, unpack
 from streaming.rules import records
 from streaming.state_schema import (ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA,
                                     schema_of)
@@ -87,14 +88,16 @@ class EpochwatchProcessor(StatefulProcessor):
     # --- Spark entry points ---------------------------------------------------------------------
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:
-        yield _frame(self._handle(key, [ev for pdf in rows for pack in pdf["payload"] for ev in unpack(pack)],
-                                  timerValues))
+        yield _frame(self._handle(key, [pack for pdf in rows for pack in pdf["payload"]], timerValues))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
         yield _frame(self._handle(key, [], timerValues))
 
-    def _handle(self, key, events: list[dict], timerValues) -> list[dict]:
+    def _handle(self, key, packs: list[bytes], timerValues) -> list[dict]:
         cluster_id, kind, shard = _grouping_key(key)
+        if kind == CLOCK_KIND:
+            return []  # only there to move the watermark (streaming.packs)
+        events = [ev for pack in packs for ev in unpack(pack)]
         if kind == DEAD_LETTER_KIND:
             return [_dead_letter_row(r) for r in events]
         return self._step(cluster_id, kind, int(shard), events, timerValues)
@@ -179,8 +182,7 @@ class EpochwatchRowProcessor(EpochwatchProcessor):
     """The same processor for ``transformWithState`` (Row API): only rows in and out differ."""
 
     def handleInputRows(self, key, rows, timerValues):
-        events = [ev for row in rows for ev in unpack(row.payload)]
-        yield from _rows(self._handle(key, events, timerValues))
+        yield from _rows(self._handle(key, [row.payload for row in rows], timerValues))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         yield from _rows(self._handle(key, [], timerValues))

@@ -26,7 +26,8 @@ def frame(events, key=KEY):
         rows.append({**ev, "event_time": datetime.fromtimestamp(ms / 1000, timezone.utc), "event_ms": ms,
                      "kind": key[1], "shard": key[2]})
     names = list(dict.fromkeys(k for r in rows for k in r))
-    return pack(pa.table({k: pa.array([r.get(k) for r in rows]) for k in names})).to_pandas()
+    packs = pack(pa.table({k: pa.array([r.get(k) for r in rows]) for k in names})).to_pandas()
+    return packs[packs["kind"] == key[1]].reset_index(drop=True)  # the clock row has a key of its own
 
 
 def alerts(pdf):
@@ -36,7 +37,12 @@ def alerts(pdf):
 
 def event_time_tester():
     return TwsTester(EpochwatchProcessor(RuleSettings(), "EventTime"), timeMode="EventTime",
-                     eventTimeExtractor=lambda row: int(row["event_time"].timestamp() * 1000))
+                     eventTimeExtractor=pack_time)
+
+
+def pack_time(row):
+    """Packs carry no event time, and Spark never drops a row without one as late."""
+    return 2**62 if pd.isna(row["event_time"]) else int(row["event_time"].timestamp() * 1000)
 
 
 def test_state_is_one_row_per_broker_and_inspectable():
@@ -100,6 +106,19 @@ def spark_batch(tester, now_ms, pdf):
     out = tester.testInPandas(KEY, pdf)
     fired = tester.setProcessingTime(now_ms)
     return pd.concat([out, fired], ignore_index=True)
+
+
+def test_late_events_are_applied_and_counted_not_dropped():
+    """Why: 'nothing is silently dropped': an event behind the watermark still updates state, and
+    the late summary feeds epochwatch_late_events_total."""
+    tester = event_time_tester()
+    tester.testInPandas(KEY, frame(heartbeats((1, 2), 0, 20000)))
+    tester.setWatermark(T0 + 20000)
+    out = tester.testInPandas(KEY, frame(heartbeats((3,), 10000, 12000)))
+    late = [json.loads(p) for k, p in zip(out["kind"], out["payload"]) if k == "summary"
+            and json.loads(p)["kind"] == "late"]
+    assert late == [{"cluster_id": "c1", "kind": "late", "key_kind": "brokers", "shard": 0, "events": 1}]
+    assert sorted(row[0] for row in tester.peekListState("brokers", KEY)) == [1, 2, 3]
 
 
 def test_dead_letter_rows_pass_through_untouched():

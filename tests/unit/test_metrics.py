@@ -164,7 +164,7 @@ PROGRESS = {
     "id": "q", "batchId": 7, "numInputRows": 1200, "inputRowsPerSecond": 600.0, "processedRowsPerSecond": 1500.5,
     "durationMs": {"triggerExecution": 800, "addBatch": 600},
     "stateOperators": [{"numRowsTotal": 300, "numRowsDroppedByWatermark": 4},
-                       {"numRowsTotal": 50, "numRowsDroppedByWatermark": 0}],
+                       {"numRowsTotal": 50, "numRowsDroppedByWatermark": 0}],  # clock rows: not events
     "sources": [{"description": "KafkaV2[Subscribe[events]]",
                  "startOffset": {"events": {"0": 100, "1": 100}},
                  "endOffset": {"events": {"0": 700, "1": 700}},
@@ -185,8 +185,21 @@ def test_observe_progress():
     assert value(m, "epochwatch_batch_duration_seconds_sum") == pytest.approx(3.3)
     assert value(m, "epochwatch_batch_duration_seconds_bucket", le="1.0") == 1
     assert value(m, "epochwatch_state_rows") == 351
-    assert value(m, "epochwatch_late_events_total") == 4
+    assert value(m, "epochwatch_late_events_total") == 0  # Spark's late rows are clock rows, not events
     assert value(m, "epochwatch_source_lag_records") == 300
+
+
+def test_late_events_come_from_the_engines_late_summaries_per_batch():
+    """Why: packs are never dropped as late; the engine applies late events and says how many."""
+    from streaming.dispatch import OutputBatch
+
+    m = Metrics()
+    m.write(OutputBatch(7, summaries=[{"kind": "late", "key_kind": "brokers", "shard": 0, "events": 3},
+                                      {"kind": "late", "key_kind": "clients", "shard": 5, "events": 2},
+                                      {"kind": "cluster", "cluster_id": "c1", "metadata_epoch": 4}]))
+    m.write(OutputBatch(8))
+    assert value(m, "epochwatch_late_events_total") == 5
+    assert (m.late_in_batch(7), m.late_in_batch(8), m.late_in_batch(9)) == (5, 0, 0)
 
 
 LAG_CASES = [
@@ -264,9 +277,10 @@ def test_broker_state_given_as_kip343_number():
 
 
 def test_write_takes_a_dispatcher_batch():
-    from types import SimpleNamespace
+    from streaming.dispatch import OutputBatch
 
-    batch = SimpleNamespace(
+    batch = OutputBatch(
+        1,
         alerts=[alert("a")],
         broker_status=[{"cluster_id": "c1", "broker_id": 4, "state": "INACTIVE", "incarnation_id": 2,
                         "metadata_epoch": 9, "metadata_epoch_lag": 1, "restarts": 0}],

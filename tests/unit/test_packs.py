@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from streaming.packs import PACK_SCHEMA, pack, pack_batches, unpack
+from streaming.packs import CLOCK_KIND, PACK_SCHEMA, pack, pack_batches, unpack
 
 T0 = 1_700_000_000_000
 
@@ -34,15 +34,19 @@ def test_one_pack_per_state_key_in_order_of_first_appearance():
     """Why: the grouping key must arrive whole; order keeps packs deterministic."""
     out = pack(table(ROWS)).to_pylist()
     assert [(p["cluster_id"], p["kind"], p["shard"], p["events"]) for p in out] == [
-        ("c1", "brokers", 0, 2), ("c1", "clients", 3, 1), ("c2", "brokers", 0, 1), ("", "dead_letter", 1, 1)]
+        ("c1", "brokers", 0, 2), ("c1", "clients", 3, 1), ("c2", "brokers", 0, 1), ("", "dead_letter", 1, 1),
+        ("", CLOCK_KIND, 0, 0)]
 
 
-def test_pack_time_is_its_newest_event_and_dead_letters_have_none():
-    """Why: the watermark must move as with one row per event, and a dead letter's time (maybe the
-    year 3000) must not move it at all."""
+def test_packs_have_no_time_and_one_clock_row_carries_the_newest_event_time():
+    """Why: Spark drops rows older than the watermark; a pack must never be dropped (its events
+    are applied late and counted instead), while the watermark moves as with one row per event.
+    A dead letter's time (maybe the year 3000) must not move it at all."""
     out = pack(table(ROWS)).to_pylist()
-    assert out[0]["event_time"] == datetime.fromtimestamp((T0 + 9) / 1000, timezone.utc)
-    assert out[3]["event_time"] is None
+    assert [p["event_time"] for p in out[:-1]] == [None] * 4
+    assert out[-1]["event_time"] == datetime.fromtimestamp((T0 + 9) / 1000, timezone.utc)
+    only_dead = pack(table(ROWS[-1:])).to_pylist()
+    assert [p["kind"] for p in only_dead] == ["dead_letter"]  # no clock row: no event time to report
 
 
 def test_unpack_gives_back_each_event_with_its_own_fields_and_times_in_ms():
