@@ -109,6 +109,13 @@ def main(argv=None) -> int:
     print(f"produce -> alert record latency: p50 {pct(.5):.2f} s, p99 {pct(.99):.2f} s, max {lat[-1] if lat else float('nan'):.2f} s")
     print(f"job processing rate while running: {rate:,.0f} events/s over {len(rows)} batches; "
           f"median batch {sorted(p['durationMs']['triggerExecution'] for p in rows)[len(rows) // 2] / 1000 if rows else 0:.2f} s")
+    if rows:
+        median = lambda values: sorted(values)[len(values) // 2]
+        parts = {k: median([p["durationMs"].get(k, 0) for p in rows]) for k in rows[0]["durationMs"]}
+        ops = [p["stateOperators"][0] for p in rows if p.get("stateOperators")]
+        parts["state: allUpdatesTimeMs (all tasks)"] = median([o.get("allUpdatesTimeMs", 0) for o in ops])
+        parts["state: commitTimeMs (all tasks)"] = median([o.get("commitTimeMs", 0) for o in ops])
+        print("median ms per batch: " + ", ".join(f"{k} {v}" for k, v in parts.items()))
     return 0
 
 
