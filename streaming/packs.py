@@ -15,13 +15,16 @@ A dead letter's time (maybe the year 3000) does not count for the clock.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+import time
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
+
+from streaming.routing import route_batch
 
 KEY_COLUMNS = ("cluster_id", "kind", "shard")
 CLOCK_KIND = "clock"
@@ -40,11 +43,15 @@ _ARROW_SCHEMA = pa.schema([("cluster_id", pa.string()), ("kind", pa.string()), (
 _NOT_PACKED = frozenset({"kind", "shard", "event_time", "event_ms"})
 
 
-def pack_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``DataFrame.mapInArrow`` function: routed event rows in, one pack row per key out."""
-    for batch in batches:
-        if batch.num_rows:
-            yield pack(batch)
+def route_and_pack(client_shards: int, max_future_ms: int) -> Callable[[Iterable], Iterator[pa.RecordBatch]]:
+    """The ``DataFrame.mapInArrow`` function: decoded event rows in, one pack per state key out."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                yield pack(route_batch(batch, client_shards, max_future_ms, int(time.time() * 1000)))
+
+    return run
 
 
 def pack(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:

@@ -1,4 +1,4 @@
-"""Query wiring: decoded events -> routes -> packs -> transformWithState -> output rows. A few
+"""Query wiring: decoded events -> routed packs -> transformWithState -> output rows. A few
 lines on purpose: the logic is in streaming.engine, the state layout in streaming.processor, why
 events travel in packs in streaming.packs."""
 
@@ -8,9 +8,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streaming.config import RuleSettings
-from streaming.packs import KEY_COLUMNS, PACK_SCHEMA, pack_batches
+from streaming.packs import KEY_COLUMNS, PACK_SCHEMA, route_and_pack
 from streaming.processor import EpochwatchProcessor, EpochwatchRowProcessor
-from streaming.routing import with_routes
 from streaming.state_schema import OUTPUT_SCHEMA
 from udfs.event_columns import DEAD_LETTER_COLUMNS, KAFKA_COLUMNS, decoded_column_names
 
@@ -23,10 +22,10 @@ def detect(events: DataFrame, rules: RuleSettings, time_mode: str, api: str = "p
     bench/RESULTS.md) or "row" (transformWithState)."""
     if time_mode not in (EVENT_TIME, PROCESSING_TIME):
         raise ValueError(f"time_mode must be {EVENT_TIME} or {PROCESSING_TIME}, not {time_mode!r}")
-    routed = with_routes(events, rules.client_shards, rules.max_future_ms)
-    columns = [*decoded_column_names(), *KAFKA_COLUMNS, *DEAD_LETTER_COLUMNS, "event_ms", "kind", "shard"]
-    present = [c for c in dict.fromkeys(columns) if c in routed.columns]
-    packs = routed.select(*present).mapInArrow(pack_batches, PACK_SCHEMA)
+    columns = [*decoded_column_names(), *KAFKA_COLUMNS, *DEAD_LETTER_COLUMNS]
+    present = [c for c in dict.fromkeys(columns) if c in events.columns]
+    packs = events.select(*present).mapInArrow(route_and_pack(rules.client_shards, rules.max_future_ms),
+                                               PACK_SCHEMA)
     if time_mode == EVENT_TIME:
         packs = packs.withWatermark("event_time", f"{rules.allowed_lateness_ms} milliseconds")
     grouped = packs.groupBy(*(F.col(c) for c in KEY_COLUMNS))

@@ -1,5 +1,6 @@
-"""Which state key(s) each event goes to: (cluster_id, kind, shard). Spark expressions plus a
-pure twin (``routes``) used by the single-process engine; tests check that they agree.
+"""Which state key(s) each event goes to: (cluster_id, kind, shard). ``route_batch`` does it for
+a whole Arrow batch (columns, on the executors, inside the pack stage: streaming.packs); its pure
+twin ``routes`` does it per event for the single-process engine; tests check that they agree.
 
 - brokers (shard 0): heartbeats, metadata updates, and the epoch a broker served to a client
 - clients (sharded by client_id): metadata responses / failures / rebootstraps
@@ -11,9 +12,11 @@ pure twin (``routes``) used by the single-process engine; tests check that they 
 from __future__ import annotations
 
 import zlib
+from datetime import datetime, timezone
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from streaming import events
 
@@ -45,52 +48,86 @@ def routes(ev: dict, client_shards: int) -> list[tuple[str, int]]:
     return []
 
 
-def _crc_shard(col: str, shards: int) -> Column:
-    return F.pmod(F.crc32(F.col(col).cast("binary")), F.lit(shards)).cast("int")
+_MS = pa.timestamp("ms", tz="UTC")
 
 
-def _route(kind: str, shard: Column | int) -> Column:
-    return F.struct(F.lit(kind).alias("kind"), (shard if isinstance(shard, Column) else F.lit(shard)).alias("shard"))
+def route_batch(batch: pa.RecordBatch | pa.Table, client_shards: int, max_future_ms: int, now_ms: int) -> pa.Table:
+    """One row per state key each row feeds, in the input's order within each kind; adds kind,
+    shard and event_ms. Dead letters (undecodable records, events more than ``max_future_ms``
+    ahead of ``now_ms`` or before 1970) get a reason and no event_time: a year-3000 timestamp
+    must not move the watermark (it stays in event_ms and dlq_detail)."""
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    t = table.column("event_type")
+    event_ms = pc.cast(table.column("event_time"), _MS, safe=False).cast(pa.int64())
+    future = pc.fill_null(pc.greater(event_ms, now_ms + max_future_ms), False)
+    # Before 1970: -1 is the rules' NO_TIME, and before 1677 pandas cannot even hold the time.
+    too_old = pc.fill_null(pc.less(event_ms, 0), False)
+    dead = pc.or_(pc.is_null(t), pc.or_(future, too_old))
+    live = pc.invert(dead)
+    error = table.column("error_code")
+    response = pc.fill_null(pc.equal(t, "metadata_response"), False)
+    served = pc.and_(response, pc.fill_null(pc.and_(pc.equal(error, 0),
+                                                    pc.greater_equal(table.column("metadata_epoch"), 0)), False))
+    masks = {
+        "brokers": pc.or_(_is(t, "broker_heartbeat", "metadata_update"), served),
+        "clients": _is(t, "metadata_response", "metadata_request_failed", "client_rebootstrap"),
+        "nodes": pc.or_(_is(t, "connection_attempt"),
+                        pc.and_(response, pc.fill_null(pc.equal(error, events.REBOOTSTRAP_REQUIRED), False))),
+        "commits": _is(t, "offset_commit"),
+    }
+    shard_of_row = {"clients": lambda: _crc_shards(table.column("client_id"), client_shards),
+                    "commits": lambda: _crc_shards(table.column("group_id"), client_shards),
+                    "dead_letter": lambda: pc.remainder(pc.fill_null(table.column("kafka_partition"), 0),
+                                                        DEAD_LETTER_SHARDS).to_numpy(zero_copy_only=False)}
+    rows, kinds, shards = [], [], []
+    for kind, mask in [*((k, pc.and_(live, m)) for k, m in masks.items()), ("dead_letter", dead)]:
+        index = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        if not len(index):
+            continue
+        rows.append(index)
+        kinds.append(np.full(len(index), kind, dtype=object))
+        shards.append(shard_of_row[kind]()[index] if kind in shard_of_row else np.zeros(len(index), np.int32))
+    index = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    routed = table.take(index).append_column("event_ms", event_ms.take(index))
+    routed = routed.append_column("kind", pa.array(np.concatenate(kinds) if kinds else [], pa.string()))
+    routed = routed.append_column("shard", pa.array(np.concatenate(shards) if shards else [], pa.int32()))
+    routed = routed.set_column(routed.schema.get_field_index("cluster_id"), "cluster_id",
+                               pc.fill_null(routed.column("cluster_id"), ""))
+    return _mark_dead_letters(routed, pc.take(future, index), pc.take(too_old, index), max_future_ms)
 
 
-def with_routes(df: DataFrame, client_shards: int, max_future_ms: int) -> DataFrame:
-    """Explode each row into one row per state key it feeds; adds kind, shard, event_ms."""
-    t = F.col("event_type")
-    future = F.col("event_time") > F.timestamp_add("MILLISECOND", F.lit(max_future_ms), F.current_timestamp())
-    # Before 1970: -1 is the rules' NO_TIME, and before 1677 pandas (transformWithStateInPandas)
-    # cannot even convert the row: the task fails and the query with it, on every retry.
-    too_old = F.col("event_time") < F.timestamp_millis(F.lit(0))
-    dead = t.isNull() | future | too_old
-    response_ok = (F.col("error_code") == 0) & (F.col("metadata_epoch") >= 0)
-    candidates = F.array(
-        F.when(dead, _route("dead_letter", F.pmod(F.coalesce(F.col("kafka_partition"), F.lit(0)),
-                                                  F.lit(DEAD_LETTER_SHARDS)).cast("int"))),
-        F.when(~dead & t.isin("broker_heartbeat", "metadata_update"), _route("brokers", 0)),
-        F.when(~dead & (t == "metadata_response") & response_ok, _route("brokers", 0)),
-        F.when(~dead & t.isin("metadata_response", "metadata_request_failed", "client_rebootstrap"),
-               _route("clients", _crc_shard("client_id", client_shards))),
-        F.when(~dead & (t == "metadata_response") & (F.col("error_code") == events.REBOOTSTRAP_REQUIRED),
-               _route("nodes", 0)),
-        F.when(~dead & (t == "connection_attempt"), _route("nodes", 0)),
-        F.when(~dead & (t == "offset_commit"), _route("commits", _crc_shard("group_id", client_shards))),
-    )
-    routed = df.withColumn("_route", F.explode(F.filter(candidates, lambda r: r.isNotNull())))
-    routed = routed.withColumn(
-        "dlq_reason", F.when(~t.isNull() & future, F.lit("future_event_time"))
-        .when(~t.isNull() & too_old, F.lit("event_time_out_of_range")).otherwise(F.col("dlq_reason")))
-    routed = routed.withColumn(
-        "dlq_detail", F.when(~t.isNull() & future,
-                             F.concat(F.lit("event_time "), F.col("event_time").cast("string"),
-                                      F.lit(f" is more than {max_future_ms} ms ahead of the clock")))
-        .when(~t.isNull() & too_old,
-              F.concat(F.lit("event_time "), F.col("event_time").cast("string"), F.lit(" is before 1970")))
-        .otherwise(F.col("dlq_detail")))
-    return (routed
-            .withColumn("cluster_id", F.coalesce(F.col("cluster_id"), F.lit("")))
-            .withColumn("kind", F.col("_route.kind"))
-            .withColumn("shard", F.col("_route.shard"))
-            .withColumn("event_ms", F.unix_millis(F.col("event_time")))
-            # a dead letter's time must not move the watermark (a year-3000 timestamp would make
-            # every later event "late"); its time stays in event_ms and dlq_detail
-            .withColumn("event_time", F.when(F.col("kind") == "dead_letter", F.lit(None)).otherwise(F.col("event_time")))
-            .drop("_route"))
+def _is(column, *names: str):
+    return pc.fill_null(pc.is_in(column, pa.array(names)), False)
+
+
+def _crc_shards(column, shards: int) -> np.ndarray:
+    """Stable shard per row: crc32 of the UTF-8 id (as shard_of), computed once per distinct id."""
+    distinct = pc.unique(column)
+    codes = np.array([0 if v is None else shard_of(v, shards) for v in distinct.to_pylist()], np.int32)
+    return codes[pc.index_in(column, distinct).to_numpy(zero_copy_only=False)]
+
+
+def _mark_dead_letters(routed: pa.Table, future, too_old, max_future_ms: int) -> pa.Table:
+    is_dead = pc.equal(routed.column("kind"), "dead_letter")
+    if not pc.any(is_dead).as_py():
+        return routed
+    reasons, details = routed.column("dlq_reason").to_pylist(), routed.column("dlq_detail").to_pylist()
+    decoded = pc.is_valid(routed.column("event_type")).to_pylist()
+    for i, (ahead, old) in enumerate(zip(future.to_pylist(), too_old.to_pylist())):
+        if decoded[i] and (ahead or old):
+            when = _text(routed.column("event_ms")[i].as_py())
+            reasons[i] = "future_event_time" if ahead else "event_time_out_of_range"
+            details[i] = (f"event_time {when} is more than {max_future_ms} ms ahead of the clock" if ahead
+                          else f"event_time {when} is before 1970")
+    routed = routed.set_column(routed.schema.get_field_index("dlq_reason"), "dlq_reason", pa.array(reasons, pa.string()))
+    routed = routed.set_column(routed.schema.get_field_index("dlq_detail"), "dlq_detail", pa.array(details, pa.string()))
+    index = routed.schema.get_field_index("event_time")
+    no_time = pa.nulls(routed.num_rows, routed.schema.field(index).type)
+    return routed.set_column(index, routed.schema.field(index), pc.if_else(is_dead, no_time, routed.column(index)))
+
+
+def _text(ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from streaming.packs import CLOCK_KIND, PACK_SCHEMA, pack, pack_batches, unpack
+from streaming.packs import CLOCK_KIND, PACK_SCHEMA, pack, route_and_pack, unpack
 
 T0 = 1_700_000_000_000
 
@@ -65,9 +65,14 @@ def test_dead_letter_bytes_survive_the_pack():
     assert letter == {"cluster_id": "", "dlq_reason": "bad_magic_byte", "raw_value": b"\x07junk"}
 
 
-def test_map_in_arrow_function_skips_empty_batches_and_matches_the_declared_schema():
-    rows = table(ROWS)
-    out = list(pack_batches([pa.RecordBatch.from_pylist([], schema=rows.schema), *rows.to_batches()]))
+def test_map_in_arrow_function_routes_packs_skips_empty_batches_and_matches_the_declared_schema():
+    from streaming.replay import rows_to_batch
+    from tests.unit.rules.builders import hb, response
+
+    evs = [dict(hb(1, 1), event_time=T0 + 1), dict(response(2, "a", 1, 5), event_time=T0 + 2)]
+    batch = rows_to_batch(evs)
+    out = list(route_and_pack(16, 300_000)([batch.slice(0, 0), batch]))
     assert len(out) == 1
     assert out[0].schema.names == PACK_SCHEMA.names
-    assert sum(out[0].column("events").to_pylist()) == len(ROWS)
+    packs = out[0].to_pylist()
+    assert sorted((p["kind"], p["events"]) for p in packs) == [("brokers", 2), ("clients", 1), (CLOCK_KIND, 0)]
