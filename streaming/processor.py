@@ -9,11 +9,11 @@ only move the watermark.
 
 Time: in EventTime mode (replay, demo) the horizon is the watermark Spark hands the operator, and
 nothing later. Events older than the horizon still arrive (packs are never dropped as late): the
-engine applies them late and reports how many. In ProcessingTime
-mode (the live job) the horizon is wall-clock time minus how far this key's newest events trailed
-the clock when they arrived, so a cluster that goes silent is still noticed by a timer, and a
-backlog after an input outage (the source's broker was unreachable, the job was down) is applied
-at its own pace instead of being overtaken by the clock.
+engine applies them late and reports how many. In ProcessingTime mode (the live job) the horizon
+is wall-clock time minus how far this key's newest events trailed the clock when they arrived, so
+a cluster that goes silent is still noticed by a timer, and a backlog after an input outage (the
+source's broker was unreachable, the job was down) is applied at its own pace instead of being
+overtaken by the clock.
 """
 
 from __future__ import annotations
