@@ -92,10 +92,15 @@ class KeyEngine:
         ready, self.buffer = pending[:ready_count], pending[ready_count:]
         floor = self.horizon  # evaluations never go back in time
         deadline = self._deadline(floor)
+        late_changes = False  # late events changed state: evaluate once at `floor`, after the run
         for ev in ready:
             t = ev["event_time"]
             if t < floor:
                 out.late += 1  # arrived after we evaluated its time: applied now, and counted
+            elif late_changes:
+                self._evaluate(floor, out)
+                late_changes = False
+                deadline = self._deadline(floor)
             if deadline is not None and deadline < t:
                 # The cached deadline may be stale (the entity that set it has been heard from
                 # since): recompute before paying for an evaluation of every entity.
@@ -114,9 +119,16 @@ class KeyEngine:
                 if due is not None and due > t and (deadline is None or due < deadline):
                     deadline = due
             if self.table.dirty:
-                floor = max(t, floor)
+                if t < floor:
+                    # Every late event would be evaluated at the same time, `floor`; a run of them
+                    # (a lagging partition) would re-evaluate every entity once per event.
+                    late_changes = True
+                    continue
+                floor = t
                 self._evaluate(floor, out)
                 deadline = self._deadline(floor)
+        if late_changes:
+            self._evaluate(floor, out)
         deadline = self._deadline(floor)
         while deadline is not None and deadline <= horizon:
             self._evaluate(deadline, out)

@@ -124,3 +124,27 @@ def test_time_in_state_and_transitions_are_kept():
     assert b2.state == "ACTIVE"
     inactive_ms = b2.time_in_state_ms[1]
     assert inactive_ms == 40002 - (10002 + 9000)
+
+
+def test_a_run_of_late_heartbeats_is_evaluated_once_not_once_per_event():
+    """Why: a lagging partition delivers thousands of heartbeats behind the horizon; each one that
+    brings a timed-out broker back changes state, and evaluating a 300-broker cluster per event
+    made the engine ~10x slower (bench/RESULTS.md, head to head). They all evaluate at the same
+    time (the horizon already passed), so one evaluation after the run says the same."""
+    from streaming.engine import KeyEngine
+    from tests.unit.rules.builders import CLUSTER
+
+    brokers = range(1, 301)
+    engine = KeyEngine.new("brokers", CLUSTER, 0, S)
+    engine.step(heartbeats(brokers, 0, 20000), 20000)
+    on_time = heartbeats(range(1, 151), 20000, 40000)
+    engine.step(on_time, 40000)  # brokers 151-300 are not heard from: their partition lags
+    assert sum(b.state == "INACTIVE" for b in engine.table.brokers.values()) == 150
+    evaluations = []
+    evaluate = engine._evaluate
+    engine._evaluate = lambda now, out: evaluations.append(now) or evaluate(now, out)
+    late = heartbeats(range(151, 301), 20000, 40000)
+    result = engine.step(late, 40000)
+    assert result.late == len(late)
+    assert len(evaluations) <= 2, f"{len(evaluations)} evaluations for {len(late)} late events"
+    assert {b.state for b in engine.table.brokers.values()} == {"ACTIVE"}
