@@ -283,13 +283,13 @@ def job_topics(settings) -> dict[str, int]:
 
 
 def kafka_source(spark, settings, *, fail_on_data_loss: bool):
-    """The job's Kafka source (streaming.job.kafka_events) with failOnDataLoss set, which the
-    config cannot set yet (see the faults report)."""
-    k = settings.kafka
-    return (spark.readStream.format("epochwatch-kafka")
-            .option("kafka.bootstrap.servers", k.bootstrap_servers).option("subscribe", k.events_topic)
-            .option("startingOffsets", k.starting_offsets).option("decode", "avro")
-            .option("failOnDataLoss", str(fail_on_data_loss).lower()).load())
+    """The job's own Kafka source (streaming.job.kafka_events) with kafka.failOnDataLoss set."""
+    import dataclasses
+
+    from streaming.job import kafka_events
+
+    kafka = dataclasses.replace(settings.kafka, fail_on_data_loss=str(fail_on_data_loss).lower())
+    return kafka_events(spark, dataclasses.replace(settings, kafka=kafka))
 
 
 def progresses(query) -> list[dict]:
