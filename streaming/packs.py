@@ -54,9 +54,8 @@ def route_and_pack(client_shards: int, max_future_ms: int) -> Callable[[Iterable
     return run
 
 
-def pack(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+def pack(table: pa.Table) -> pa.RecordBatch:
     """Group the routed rows of one batch by state key, in order of first appearance."""
-    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
     events = _event_columns(table)
     keyed = table.select(list(KEY_COLUMNS)).append_column("_row", pa.array(np.arange(table.num_rows)))
     groups = keyed.group_by(list(KEY_COLUMNS), use_threads=False).aggregate([("_row", "list")])

@@ -51,12 +51,12 @@ def routes(ev: dict, client_shards: int) -> list[tuple[str, int]]:
 _MS = pa.timestamp("ms", tz="UTC")
 
 
-def route_batch(batch: pa.RecordBatch | pa.Table, client_shards: int, max_future_ms: int, now_ms: int) -> pa.Table:
+def route_batch(batch: pa.RecordBatch, client_shards: int, max_future_ms: int, now_ms: int) -> pa.Table:
     """One row per state key each row feeds, in the input's order within each kind; adds kind,
     shard and event_ms. Dead letters (undecodable records, events more than ``max_future_ms``
     ahead of ``now_ms`` or before 1970) get a reason and no event_time: a year-3000 timestamp
     must not move the watermark (it stays in event_ms and dlq_detail)."""
-    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    table = pa.Table.from_batches([batch])
     t = table.column("event_type")
     event_ms = pc.cast(table.column("event_time"), _MS, safe=False).cast(pa.int64())
     future = pc.fill_null(pc.greater(event_ms, now_ms + max_future_ms), False)

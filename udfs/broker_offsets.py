@@ -15,7 +15,7 @@ import time
 from typing import Callable, Iterable
 
 from udfs.kafka_options import SourceOptions, shared_settings
-from udfs.kafka_retry import call_with_retry, is_permanent, log
+from udfs.kafka_retry import call_with_retry, is_permanent, kafka_error, log
 from udfs.offsets import TopicPartition
 
 _GONE = (3, -190)  # UNKNOWN_TOPIC_OR_PART, _UNKNOWN_PARTITION
@@ -23,7 +23,8 @@ _NO_TOPIC_IDS = (35, -165)  # UNSUPPORTED_VERSION, _UNSUPPORTED_FEATURE: a broke
 
 
 def _code(exc: BaseException) -> int | None:
-    return getattr(exc.args[0], "code", lambda: None)() if exc.args else None
+    found = kafka_error(exc)
+    return None if found is None else found.code()
 
 
 class BrokerOffsets:

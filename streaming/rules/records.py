@@ -126,10 +126,6 @@ def _names(cls) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
-def to_dict(record) -> dict:
-    return {name: getattr(record, name) for name in _names(type(record))}
-
-
 def to_row(record) -> tuple:
     return tuple(getattr(record, name) for name in _names(type(record)))
 
