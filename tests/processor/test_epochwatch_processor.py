@@ -149,3 +149,22 @@ def test_invalid_event_becomes_a_dead_letter_not_state():
     letters = [json.loads(p) for k, p in zip(out["kind"], out["payload"]) if k == "dead_letter"]
     assert letters and "negative" in letters[0]["detail"]
     assert sorted(r[0] for r in tester.peekListState("brokers", KEY)) == [1, 2]
+
+
+@pytest.mark.parametrize("same_generation, brokers_after", [
+    (True, [1, 2, 3, 4]),    # the worker's engine is what the store holds: used as it is
+    (False, [1, 4]),         # the store moved on (a failed batch, another worker): read from it
+])
+def test_the_worker_engine_cache_is_used_only_while_the_stored_generation_matches(same_generation, brokers_after):
+    """Why: the cache skips reading 100,000 clients' state every batch, but after a failed batch
+    or a batch run by another worker the stored state is the truth, never the cached engine."""
+    tester = event_time_tester()
+    tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
+    tester.setWatermark(T0 + 20000)
+    horizon, offset, timer, generation = tester.peekValueState("meta", KEY)
+    only_broker_1 = [row for row in tester.peekListState("brokers", KEY) if row[0] == 1]
+    tester.updateListState("brokers", KEY, only_broker_1)
+    tester.updateValueState("meta", KEY, (horizon, offset, timer, generation if same_generation else generation + 1))
+    tester.testInPandas(KEY, frame(heartbeats((1, 4), 20000, 22000)))
+    tester.setWatermark(T0 + 22000)
+    assert sorted(row[0] for row in tester.peekListState("brokers", KEY)) == brokers_after
