@@ -8,9 +8,12 @@ columns (C++), and the processor turns them into dicts as it did from pandas fra
 
 Packs carry no event time, so Spark never drops one as late: the watermark moves on one *clock*
 row per Arrow batch (kind ``clock``, the batch's newest event time, no events), the same watermark
-as with one row per event. Every event reaches the engine; one older than its key's horizon is
-applied late and counted (``late`` summaries -> epochwatch_late_events_total), never dropped.
-A dead letter's time (maybe the year 3000) does not count for the clock.
+as with one row per event. Every pack also carries that newest time (``clock_ms``): in event-time
+mode a key applies its events up to it minus the allowed lateness in the same micro-batch, as the
+single-process detector does, instead of holding the whole batch until the next watermark. Every
+event reaches the engine; one older than its key's horizon is applied late and counted (``late``
+summaries -> epochwatch_late_events_total), never dropped. A dead letter's time (maybe the year
+3000) does not count for the clock.
 """
 
 from __future__ import annotations
@@ -35,10 +38,13 @@ PACK_SCHEMA = StructType([
     StructField("event_time", TimestampType()),   # clock rows only: the batch's newest event
     StructField("events", LongType()),
     StructField("payload", BinaryType()),         # Arrow IPC stream of the events
+    StructField("clock_ms", LongType()),          # the Arrow batch's newest event time (ms)
 ])
 _TIME = pa.timestamp("us", tz="UTC")
+_MS = pa.timestamp("ms", tz="UTC")
 _ARROW_SCHEMA = pa.schema([("cluster_id", pa.string()), ("kind", pa.string()), ("shard", pa.int32()),
-                          ("event_time", _TIME), ("events", pa.int64()), ("payload", pa.binary())])
+                          ("event_time", _TIME), ("events", pa.int64()), ("payload", pa.binary()),
+                          ("clock_ms", pa.int64())])
 # routing columns: the grouping key says them once for the whole pack
 _NOT_PACKED = frozenset({"kind", "shard", "event_time", "event_ms"})
 
@@ -59,6 +65,8 @@ def pack(table: pa.Table) -> pa.RecordBatch:
     events = _event_columns(table)
     keyed = table.select(list(KEY_COLUMNS)).append_column("_row", pa.array(np.arange(table.num_rows)))
     groups = keyed.group_by(list(KEY_COLUMNS), use_threads=False).aggregate([("_row", "list")])
+    newest = pc.max(table.column("event_time")).as_py()  # null for dead letters (streaming.routing)
+    clock_ms = pc.max(pc.cast(table.column("event_time"), _MS, safe=False).cast(pa.int64())).as_py()
     out = {name: [] for name in _ARROW_SCHEMA.names}
     for cluster_id, kind, shard, rows in zip(*(groups.column(c).to_pylist() for c in (*KEY_COLUMNS, "_row_list"))):
         indices = pa.array(rows, pa.int64())
@@ -68,9 +76,9 @@ def pack(table: pa.Table) -> pa.RecordBatch:
         out["event_time"].append(None)
         out["events"].append(len(rows))
         out["payload"].append(_ipc_bytes(_without_empty_columns(events.take(indices))))
-    newest = pc.max(table.column("event_time")).as_py()  # null for dead letters (streaming.routing)
+        out["clock_ms"].append(clock_ms)
     if newest is not None:
-        for name, value in zip(_ARROW_SCHEMA.names, ("", CLOCK_KIND, 0, newest, 0, b"")):
+        for name, value in zip(_ARROW_SCHEMA.names, ("", CLOCK_KIND, 0, newest, 0, b"", clock_ms)):
             out[name].append(value)
     return pa.RecordBatch.from_pydict(out, schema=_ARROW_SCHEMA)
 
@@ -90,7 +98,7 @@ def _event_columns(table: pa.Table) -> pa.Table:
         if name in _NOT_PACKED:
             continue
         if pa.types.is_timestamp(column.type):
-            column = pc.cast(column, pa.timestamp("ms", tz="UTC"), safe=False).cast(pa.int64())
+            column = pc.cast(column, _MS, safe=False).cast(pa.int64())
         names.append(name)
         arrays.append(column)
     if "event_ms" in table.column_names:

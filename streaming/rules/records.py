@@ -122,12 +122,12 @@ def first_after(times, t: int) -> int | None:
 
 
 @cache
-def _names(cls) -> tuple[str, ...]:
+def field_names(cls) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
 def to_row(record) -> tuple:
-    return tuple(getattr(record, name) for name in _names(type(record)))
+    return tuple(getattr(record, name) for name in field_names(type(record)))
 
 
 def from_row(cls, row) -> object:

@@ -49,12 +49,24 @@ def test_state_is_one_row_per_broker_and_inspectable():
     """Why: on-call inspects state with format('statestore'); one row per broker is readable."""
     tester = event_time_tester()
     tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
-    assert tester.peekListState("brokers", KEY) == []  # nothing applied before the watermark passes
-    assert sum(count for count, _ in tester.peekListState("buffer", KEY)) == 30  # waiting for the watermark
-    tester.setWatermark(T0 + 20000)
     brokers = tester.peekListState("brokers", KEY)
     assert sorted(row[0] for row in brokers) == [1, 2, 3]
     assert {row[1] for row in brokers} == {"ACTIVE"}
+
+
+def test_a_batch_is_applied_up_to_its_newest_event_minus_the_lateness_the_rest_waits():
+    """Why: holding a whole micro-batch until the next watermark wrote every event to the state
+    store and read it back (most of the stateful stage's time); only the events within the allowed
+    lateness of the newest one can still be overtaken, so only they wait."""
+    tester = event_time_tester()
+    events = heartbeats((1, 2, 3), 0, 20000)
+    newest = max(ev["event_time"] for ev in events)
+    within_lateness = [ev for ev in events if ev["event_time"] > newest - RuleSettings().allowed_lateness_ms]
+    tester.testInPandas(KEY, frame(events))
+    waiting = sum(count for count, _ in tester.peekListState("buffer", KEY))
+    assert 0 < waiting == len(within_lateness) < len(events)
+    tester.setWatermark(T0 + newest)
+    assert tester.peekListState("buffer", KEY) == []
 
 
 def test_event_time_timer_fires_on_silence():
@@ -144,8 +156,8 @@ def test_dead_letter_rows_pass_through_untouched():
 def test_invalid_event_becomes_a_dead_letter_not_state():
     tester = event_time_tester()
     bad = heartbeats((1,), 0, 2000)[0] | {"broker_id": -3}
-    tester.testInPandas(KEY, frame(heartbeats((1, 2), 0, 4000) + [bad]))
-    out = tester.setWatermark(T0 + 4000)
+    out = pd.concat([tester.testInPandas(KEY, frame(heartbeats((1, 2), 0, 4000) + [bad])),
+                     tester.setWatermark(T0 + 4000)])
     letters = [json.loads(p) for k, p in zip(out["kind"], out["payload"]) if k == "dead_letter"]
     assert letters and "negative" in letters[0]["detail"]
     assert sorted(r[0] for r in tester.peekListState("brokers", KEY)) == [1, 2]

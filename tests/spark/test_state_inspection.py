@@ -1,18 +1,17 @@
 """On-call can read the detector's state with Spark's state data source: one row per broker in
-the `brokers` variable, and the client shards' JSON arrays decode with from_json."""
+the `brokers` variable, and the client shards' JSON values decode with json_rows."""
 
 import io
 import json
 
 import pytest
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType
 
 from streaming import config
 from streaming.dispatch import MemorySink
 from streaming.replay import replay
 from streaming.simulate import run_scenario
-from streaming.state_schema import schema_of
+from streaming.state_schema import json_rows, schema_of
 from streaming.rules.records import ClientRecord
 
 pytestmark = pytest.mark.spark
@@ -33,5 +32,12 @@ def test_state_readable_with_statestore_format(spark, tmp_path):
     assert {r["state"] for r in rows} == {"ACTIVE"}  # the partitioned broker healed at the end
 
     clients = spark.read.format("statestore").option("stateVarName", "clients").load(checkpoint)
-    decoded = clients.select(F.explode(F.from_json("value.rows", ArrayType(schema_of(ClientRecord)))).alias("c"))
+    decoded = clients.select(F.explode(json_rows("value.rows", ClientRecord)).alias("c")).select("c.*")
     assert decoded.count() == len({ev["client_id"] for ev in result.events if "client_id" in ev})
+    assert decoded.schema.simpleString() == schema_of(ClientRecord).simpleString()  # names and types
+    received = {}
+    for ev in result.events:
+        if ev["event_type"] == "metadata_response":
+            received.setdefault(ev["client_id"], set()).add(ev["metadata_epoch"])
+    # each field lands in its own column: an accepted epoch is one the client was answered with
+    assert all(r["accepted_epoch"] in received[r["client_id"]] for r in decoded.collect())

@@ -47,6 +47,14 @@ def test_packs_have_no_time_and_one_clock_row_carries_the_newest_event_time():
     assert out[-1]["event_time"] == datetime.fromtimestamp((T0 + 9) / 1000, timezone.utc)
     only_dead = pack(table(ROWS[-1:])).to_pylist()
     assert [p["kind"] for p in only_dead] == ["dead_letter"]  # no clock row: no event time to report
+    assert only_dead[0]["clock_ms"] is None
+
+
+def test_every_pack_carries_its_batch_newest_event_time_in_ms():
+    """Why: in event-time mode a key applies its events up to that time minus the allowed lateness
+    in the same micro-batch (streaming.processor), not only once the next watermark passes."""
+    out = pack(table(ROWS)).to_pylist()
+    assert {p["clock_ms"] for p in out} == {T0 + 9}
 
 
 def test_unpack_gives_back_each_event_with_its_own_fields_and_times_in_ms():
