@@ -11,6 +11,9 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 
 DEFAULTS = {
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    # a micro-batch commits a changelog of what changed, not a new snapshot of the whole store
+    # (as deploy/spark-submit sets for clusters)
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
