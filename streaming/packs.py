@@ -49,15 +49,37 @@ _ARROW_SCHEMA = pa.schema([("cluster_id", pa.string()), ("kind", pa.string()), (
 _NOT_PACKED = frozenset({"kind", "shard", "event_time", "event_ms"})
 
 
-def route_and_pack(client_shards: int, max_future_ms: int) -> Callable[[Iterable], Iterator[pa.RecordBatch]]:
-    """The ``DataFrame.mapInArrow`` function: decoded event rows in, one pack per state key out."""
+PACK_ROWS = 100_000  # input rows gathered before packing: fewer, fuller packs per key
+
+
+def route_and_pack(client_shards: int, max_future_ms: int,
+                   pack_rows: int = PACK_ROWS) -> Callable[[Iterable], Iterator[pa.RecordBatch]]:
+    """The ``DataFrame.mapInArrow`` function: decoded event rows in, one pack per state key out.
+
+    Spark hands the function Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch``
+    (10,000) rows; packing each on its own gave every key a pack per 10,000 rows, most of them a
+    handful of events that each cost a pack's fixed price downstream. Up to ``pack_rows`` rows are
+    gathered first (the stateful stage waits for the whole stage anyway)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        gathered: list[pa.RecordBatch] = []
+        rows = 0
         for batch in batches:
             if batch.num_rows:
-                yield pack(route_batch(batch, client_shards, max_future_ms, int(time.time() * 1000)))
+                gathered.append(batch)
+                rows += batch.num_rows
+            if rows >= pack_rows:
+                yield _route_and_pack(gathered, client_shards, max_future_ms)
+                gathered, rows = [], 0
+        if gathered:
+            yield _route_and_pack(gathered, client_shards, max_future_ms)
 
     return run
+
+
+def _route_and_pack(batches: list[pa.RecordBatch], client_shards: int, max_future_ms: int) -> pa.RecordBatch:
+    batch = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    return pack(route_batch(batch, client_shards, max_future_ms, int(time.time() * 1000)))
 
 
 def pack(table: pa.Table) -> pa.RecordBatch:
@@ -83,12 +105,24 @@ def pack(table: pa.Table) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(out, schema=_ARROW_SCHEMA)
 
 
-def unpack(payload: bytes) -> list[dict]:
-    """A pack's events as dicts: only non-null fields, ``event_time`` in integer milliseconds."""
-    table = pa.ipc.open_stream(payload).read_all()
-    names = table.column_names
-    columns = [column.to_pylist() for column in table.columns]
-    return [{k: v for k, v in zip(names, row) if v is not None} for row in zip(*columns)]
+def unpack(*payloads: bytes) -> list[dict]:
+    """The events of packs, in order, as dicts: only non-null fields, ``event_time`` in integer
+    milliseconds. A key's packs are converted together: the per-column cost is paid once."""
+    tables = [pa.ipc.open_stream(payload).read_all() for payload in payloads]
+    if not tables:
+        return []
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    full, sparse = [], []
+    for name, column in zip(table.column_names, table.columns):
+        (full if column.null_count == 0 else sparse).append((name, column.to_pylist()))
+    names = [name for name, _ in full]
+    events = ([dict(zip(names, values)) for values in zip(*(values for _, values in full))] if full
+              else [{} for _ in range(table.num_rows)])
+    for name, values in sparse:
+        for event, value in zip(events, values):
+            if value is not None:
+                event[name] = value
+    return events
 
 
 def _event_columns(table: pa.Table) -> pa.Table:

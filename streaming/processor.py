@@ -104,7 +104,7 @@ class EpochwatchProcessor(StatefulProcessor):
         cluster_id, kind, shard = _grouping_key(key)
         if kind == CLOCK_KIND:
             return []  # only there to move the watermark (streaming.packs)
-        events = [ev for pack in packs for ev in unpack(pack)]
+        events = unpack(*packs)
         if kind == DEAD_LETTER_KIND:
             return [_dead_letter_row(r) for r in events]
         return self._step(cluster_id, kind, int(shard), events, timerValues, clock_ms)

@@ -84,3 +84,28 @@ def test_map_in_arrow_function_routes_packs_skips_empty_batches_and_matches_the_
     assert out[0].schema.names == PACK_SCHEMA.names
     packs = out[0].to_pylist()
     assert sorted((p["kind"], p["events"]) for p in packs) == [("brokers", 2), ("clients", 1), (CLOCK_KIND, 0)]
+
+
+def test_a_keys_packs_unpack_together_in_order_whatever_columns_each_kept():
+    """Why: the processor converts all packs of a key at once; a column one pack dropped (all
+    null there) must not leak a None into the other pack's events or lose an event."""
+    heartbeat = routed("brokers", 0, T0 + 1, event_type="broker_heartbeat", broker_id=1, incarnation_id=7)
+    response = routed("brokers", 0, T0 + 2, event_type="metadata_response", client_id="a", metadata_epoch=4,
+                      broker_id=2)
+    first, second = (pack(table([row])).column("payload")[0].as_py() for row in (heartbeat, response))
+    assert unpack(first, second) == unpack(first) + unpack(second)
+    assert "client_id" not in unpack(first, second)[0] and "incarnation_id" not in unpack(first, second)[1]
+    assert unpack() == []
+
+
+def test_map_in_arrow_function_gathers_small_input_batches_into_one_pack_per_key():
+    """Why: Spark cuts a task's rows into 10,000-row Arrow batches; a pack per key per batch made
+    most packs a handful of events, each paying a pack's fixed cost in the stateful stage."""
+    from streaming.replay import rows_to_batch
+    from tests.unit.rules.builders import hb
+
+    batches = [rows_to_batch([dict(hb(1, 1), event_time=T0 + i)]) for i in range(5)]
+    (gathered,) = list(route_and_pack(16, 300_000)(iter(batches)))
+    assert [(p["kind"], p["events"]) for p in gathered.to_pylist()] == [("brokers", 5), (CLOCK_KIND, 0)]
+    bounded = list(route_and_pack(16, 300_000, pack_rows=2)(iter(batches)))
+    assert [sum(p["events"] for p in out.to_pylist()) for out in bounded] == [2, 2, 1]
