@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
+from streaming.routing import OWNER_KIND
 from streaming.rules.brokers import BrokerFleet
 from streaming.rules.clients import ClientShard
 from streaming.rules.commits import CommitShard
@@ -111,7 +112,8 @@ class KeyEngine:
                 deadline = self._deadline(deadline)
             reason = invalid_reason(ev)
             if reason:
-                out.invalid.append((ev, reason))
+                if OWNER_KIND.get(ev["event_type"]) == self.kind:
+                    out.invalid.append((ev, reason))
                 continue
             introduced = self.table.apply(ev)
             # the entity just heard from is forgotten at t + expiry unless heard from again

@@ -21,6 +21,11 @@ import pyarrow.compute as pc
 from streaming import events
 
 DEAD_LETTER_SHARDS = 4
+# The key each event type feeds first. An invalid event is reported (dead-lettered) by that key
+# only: the others it feeds skip it, so the dead-letter topic gets it once.
+OWNER_KIND = {"broker_heartbeat": "brokers", "metadata_update": "brokers", "metadata_response": "clients",
+              "metadata_request_failed": "clients", "client_rebootstrap": "clients",
+              "connection_attempt": "nodes", "offset_commit": "commits"}
 
 
 def shard_of(entity: str, shards: int) -> int:

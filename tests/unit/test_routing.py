@@ -1,7 +1,7 @@
 """The Arrow router (what the Spark job runs) and its pure twin send every event to the same keys."""
 
 from streaming.replay import rows_to_batch
-from streaming.routing import route_batch, routes
+from streaming.routing import OWNER_KIND, route_batch, routes
 from tests.unit.rules.builders import attempt, commit, failed, hb, rebootstrap, response, update
 
 T0 = 1_700_000_000_000
@@ -29,6 +29,29 @@ def test_arrow_routes_equal_pure_routes():
     want = sorted((ev["event_id"], kind, shard) for ev in evs for kind, shard in routes(ev, 16))
     assert got == want
     assert len(want) > len(evs)  # metadata responses feed more than one key
+
+
+def test_every_event_feeds_its_owner_key_first():
+    """Why: only the owner dead-letters an invalid event; it must be one of the keys it feeds."""
+    evs = _events()
+    assert {ev["event_type"] for ev in evs} == set(OWNER_KIND)
+    assert all(routes(ev, 16)[0][0] == OWNER_KIND[ev["event_type"]] for ev in evs)
+
+
+def test_an_invalid_event_fed_to_several_keys_is_dead_lettered_once():
+    """Why: an invalid metadata response also feeds the brokers key (and the nodes key with error
+    129); each key reported it, so the dead-letter topic got it two or three times."""
+    from streaming.config import RuleSettings
+    from streaming.local import LocalDetector
+
+    bad = [dict(ev, client_id="") for ev in (response(3, "x", 1, 5), response(5, "x", 9000, -1, error=129, brokers=0))]
+    for ev in bad:
+        ev["event_time"] += T0
+    assert [len(routes(ev, 16)) for ev in bad] == [2, 2]
+    detector = LocalDetector(RuleSettings())
+    detector.feed(bad)
+    reported = [(ev["event_id"], reason) for r in detector.advance(NOW) for ev, reason in r.invalid]
+    assert reported == [(bad[0]["event_id"], "client_id is empty"), (bad[1]["event_id"], "client_id is empty")]
 
 
 def test_rows_keep_their_input_order_within_a_kind():
