@@ -24,6 +24,7 @@ import json
 import operator
 import pickle
 import random
+from dataclasses import dataclass
 from typing import Iterator
 
 import orjson
@@ -50,6 +51,15 @@ ENTITY_ID = {"brokers": lambda r: r.broker_id, "clients": lambda r: r.client_id,
 DEAD_LETTER_KIND = "dead_letter"
 
 
+@dataclass
+class Stored:
+    """What the state store holds for a key's small variables, so that an unchanged one is not
+    written again (two round trips to the JVM per key and step, mostly clearing empty lists)."""
+
+    alerts: list[tuple]
+    buffer_empty: bool
+
+
 class EngineCache:
     """The engines this Python worker stored last, by state key.
 
@@ -60,15 +70,15 @@ class EngineCache:
     """
 
     def __init__(self):
-        self._engines: dict[tuple, tuple[int, KeyEngine]] = {}
+        self._engines: dict[tuple, tuple[int, KeyEngine, Stored]] = {}
 
-    def take(self, key: tuple, generation: int) -> KeyEngine | None:
+    def take(self, key: tuple, generation: int) -> tuple[KeyEngine, Stored] | None:
         # removed while in use: a step that fails half-way must not leave a half-updated engine
         cached = self._engines.pop(key, None)
-        return cached[1] if cached and generation and cached[0] == generation else None
+        return cached[1:] if cached and generation and cached[0] == generation else None
 
-    def keep(self, key: tuple, generation: int, engine: KeyEngine) -> None:
-        self._engines[key] = (generation, engine)
+    def keep(self, key: tuple, generation: int, engine: KeyEngine, stored: Stored) -> None:
+        self._engines[key] = (generation, engine, stored)
 
 
 _ENGINES = EngineCache()
@@ -119,7 +129,7 @@ class EpochwatchProcessor(StatefulProcessor):
         meta = self.meta.get()
         _, offset, timer_ms, generation = meta or (records.NO_TIME, 0, records.NO_TIME, 0)
         cache_key = (self.settings, cluster_id, kind, shard)
-        engine = _ENGINES.take(cache_key, generation) or self._load(cluster_id, kind, shard, meta)
+        engine, stored = _ENGINES.take(cache_key, generation) or self._load(cluster_id, kind, shard, meta)
         newest = max((ev["event_time"] for ev in events), default=None)
         if self.event_time_mode:
             horizon = timerValues.getCurrentWatermarkInMs()
@@ -134,11 +144,11 @@ class EpochwatchProcessor(StatefulProcessor):
                 offset = max(now - newest, 0)
             horizon = now - offset
         result = engine.step(events, horizon)
-        self._store(engine, kind)
+        stored = self._store(engine, kind, stored)
         timer_ms = self._schedule(result.deadline, offset, timer_ms)
         generation = random.getrandbits(62) + 1
         self.meta.update((engine.horizon, offset, timer_ms, generation))
-        _ENGINES.keep(cache_key, generation, engine)
+        _ENGINES.keep(cache_key, generation, engine, stored)
         return _output_rows(cluster_id, engine.horizon, result)
 
     def _schedule(self, deadline: int | None, offset: int, current: int) -> int:
@@ -151,7 +161,7 @@ class EpochwatchProcessor(StatefulProcessor):
             self.handle.registerTimer(wanted)
         return wanted
 
-    def _load(self, cluster_id: str, kind: str, shard: int, meta) -> KeyEngine:
+    def _load(self, cluster_id: str, kind: str, shard: int, meta) -> tuple[KeyEngine, Stored]:
         engine = KeyEngine.new(kind, cluster_id, shard, self.settings)
         name, cls = ENTITY_STATE[kind]
         table, ident = engine.table, ENTITY_ID[kind]
@@ -167,12 +177,13 @@ class EpochwatchProcessor(StatefulProcessor):
             row = self.cluster.get()
             if row is not None:
                 table.cluster = records.from_row(records.ClusterRecord, row)
-        engine.tracker = AlertTracker.from_rows(cluster_id, self.settings, self.alerts.get())
+        alerts = [tuple(row) for row in self.alerts.get()]
+        engine.tracker = AlertTracker.from_rows(cluster_id, self.settings, alerts)
         engine.buffer = [ev for _, chunk in self.buffer.get() for ev in pickle.loads(chunk)]
         engine.horizon = meta[0] if meta else records.NO_TIME
-        return engine
+        return engine, Stored(alerts, buffer_empty=not engine.buffer)
 
-    def _store(self, engine: KeyEngine, kind: str) -> None:
+    def _store(self, engine: KeyEngine, kind: str, stored: Stored) -> Stored:
         name, _ = ENTITY_STATE[kind]
         entities = getattr(engine.table, name).values()
         if name in JSON_TABLES:
@@ -181,10 +192,14 @@ class EpochwatchProcessor(StatefulProcessor):
             _put(self.entities[name], [records.to_row(r) for r in entities])
         if kind == "brokers":
             self.cluster.update(records.to_row(engine.table.cluster))
-        _put(self.alerts, engine.tracker.to_rows())
-        # bounded chunks: one huge state value would have to fit the JVM heap in one piece
-        chunks = [engine.buffer[i:i + BUFFER_CHUNK] for i in range(0, len(engine.buffer), BUFFER_CHUNK)]
-        _put(self.buffer, [(len(c), pickle.dumps(c, protocol=5)) for c in chunks])
+        alerts = engine.tracker.to_rows()
+        if alerts != stored.alerts:
+            _put(self.alerts, alerts)
+        if engine.buffer or not stored.buffer_empty:
+            # bounded chunks: one huge state value would have to fit the JVM heap in one piece
+            chunks = [engine.buffer[i:i + BUFFER_CHUNK] for i in range(0, len(engine.buffer), BUFFER_CHUNK)]
+            _put(self.buffer, [(len(c), pickle.dumps(c, protocol=5)) for c in chunks])
+        return Stored(alerts, buffer_empty=not engine.buffer)
 
 
 class EpochwatchRowProcessor(EpochwatchProcessor):

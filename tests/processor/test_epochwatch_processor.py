@@ -180,3 +180,37 @@ def test_the_worker_engine_cache_is_used_only_while_the_stored_generation_matche
     tester.testInPandas(KEY, frame(heartbeats((1, 4), 20000, 22000)))
     tester.setWatermark(T0 + 22000)
     assert sorted(row[0] for row in tester.peekListState("brokers", KEY)) == brokers_after
+
+
+class CountingWrites:
+    """A state variable that counts the writes reaching it."""
+
+    def __init__(self, state):
+        self.state, self.writes = state, 0
+
+    def get(self):
+        return self.state.get()
+
+    def put(self, rows):
+        self.writes += 1
+        self.state.put(rows)
+
+    def clear(self):
+        self.writes += 1
+        self.state.clear()
+
+
+def test_alerts_and_buffer_are_written_only_when_they_change():
+    """Why: rewriting an unchanged alert list or clearing an empty buffer costs two round trips to
+    the JVM per key and step; with hundreds of state keys that is a large part of a batch."""
+    processor = EpochwatchProcessor(RuleSettings(), "EventTime")
+    tester = TwsTester(processor, timeMode="EventTime", eventTimeExtractor=pack_time)
+    tester.testInPandas(KEY, frame(heartbeats((1, 2), 0, 4000)))
+    alerts, buffer = CountingWrites(processor.alerts), CountingWrites(processor.buffer)
+    processor.alerts, processor.buffer = alerts, buffer
+    tester.setWatermark(T0 + 4000)  # the buffer drains: cleared once; no alert, none written
+    assert (alerts.writes, buffer.writes) == (0, 1)
+    assert tester.peekListState("buffer", KEY) == []
+    tester.setWatermark(T0 + 20000)  # the cluster falls silent: the alert is written, the empty buffer not
+    assert buffer.writes == 1 and alerts.writes >= 1
+    assert {row[0] for row in tester.peekListState("alerts", KEY)} == {"ClusterSilent"}
