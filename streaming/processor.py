@@ -167,8 +167,8 @@ class EpochwatchProcessor(StatefulProcessor):
         table, ident = engine.table, ENTITY_ID[kind]
         store = getattr(table, name)
         if name in JSON_TABLES:
-            stored = self.entities[name].get()
-            loaded = from_json_rows(cls, stored[1]) if stored else []
+            value = self.entities[name].get()
+            loaded = from_json_rows(cls, value[1]) if value else []
         else:
             loaded = [records.from_row(cls, row) for row in self.entities[name].get()]
         for rec in loaded:
