@@ -43,7 +43,8 @@ ALERT_SCHEMA = StructType([
 # on its own (~16 us in Python plus the JVM side), which for 100,000 clients cost seconds per
 # micro-batch. The value stays readable: json_rows() below turns it back into records.
 JSON_ROWS_SCHEMA = StructType([StructField("count", LongType()), StructField("rows", StringType())])
-# Events waiting for the watermark: transient (one batch), so a fast pickle of plain dicts.
+# Events within the allowed lateness of the newest, waiting: transient (one batch), so a fast
+# pickle of plain dicts.
 BUFFER_SCHEMA = StructType([StructField("count", LongType()), StructField("events", BinaryType())])
 
 # One output row per alert transition, broker transition, status row, summary or dead letter.
@@ -59,7 +60,8 @@ OUTPUT_SCHEMA = StructType([
 
 def json_rows(column, record_cls):
     """The records of a JSON state value (``clients``, ``commits``) as an array of structs, for
-    reads with Spark's state data source: ``F.explode(json_rows("value.rows", ClientRecord))``."""
+    reads with Spark's state data source: ``F.explode(json_rows("value.rows", ClientRecord))``.
+    Positions follow the record's current fields (the value's ``fields`` names them as written)."""
     from pyspark.sql import functions as F
 
     doc = F.from_json(column, "struct<fields:array<string>,rows:array<array<string>>>")
