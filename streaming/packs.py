@@ -78,8 +78,7 @@ def route_and_pack(client_shards: int, max_future_ms: int,
 
 
 def _route_and_pack(batches: list[pa.RecordBatch], client_shards: int, max_future_ms: int) -> pa.RecordBatch:
-    batch = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-    return pack(route_batch(batch, client_shards, max_future_ms, int(time.time() * 1000)))
+    return pack(route_batch(pa.Table.from_batches(batches), client_shards, max_future_ms, int(time.time() * 1000)))
 
 
 def pack(table: pa.Table) -> pa.RecordBatch:
@@ -87,7 +86,7 @@ def pack(table: pa.Table) -> pa.RecordBatch:
     events = _event_columns(table)
     keyed = table.select(list(KEY_COLUMNS)).append_column("_row", pa.array(np.arange(table.num_rows)))
     groups = keyed.group_by(list(KEY_COLUMNS), use_threads=False).aggregate([("_row", "list")])
-    newest = pc.max(table.column("event_time")).as_py()  # null for dead letters (streaming.routing)
+    # null for dead letters (streaming.routing): a batch of only dead letters has no clock
     clock_ms = pc.max(pc.cast(table.column("event_time"), _MS, safe=False).cast(pa.int64())).as_py()
     out = {name: [] for name in _ARROW_SCHEMA.names}
     for cluster_id, kind, shard, rows in zip(*(groups.column(c).to_pylist() for c in (*KEY_COLUMNS, "_row_list"))):
@@ -99,8 +98,8 @@ def pack(table: pa.Table) -> pa.RecordBatch:
         out["events"].append(len(rows))
         out["payload"].append(_ipc_bytes(_without_empty_columns(events.take(indices))))
         out["clock_ms"].append(clock_ms)
-    if newest is not None:
-        for name, value in zip(_ARROW_SCHEMA.names, ("", CLOCK_KIND, 0, newest, 0, b"", clock_ms)):
+    if clock_ms is not None:
+        for name, value in zip(_ARROW_SCHEMA.names, ("", CLOCK_KIND, 0, clock_ms * 1000, 0, b"", clock_ms)):
             out[name].append(value)
     return pa.RecordBatch.from_pydict(out, schema=_ARROW_SCHEMA)
 

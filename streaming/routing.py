@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 from streaming import events
 
 DEAD_LETTER_SHARDS = 4
-# The key each event type feeds first. An invalid event is reported (dead-lettered) by that key
-# only: the others it feeds skip it, so the dead-letter topic gets it once.
+# The key each event type belongs to (routes() puts it first). An invalid event is reported
+# (dead-lettered) by that key only: the others it feeds skip it, so the dead-letter topic gets it once.
 OWNER_KIND = {"broker_heartbeat": "brokers", "metadata_update": "brokers", "metadata_response": "clients",
               "metadata_request_failed": "clients", "client_rebootstrap": "clients",
               "connection_attempt": "nodes", "offset_commit": "commits"}
@@ -33,35 +33,34 @@ def shard_of(entity: str, shards: int) -> int:
     return zlib.crc32(entity.encode()) % shards
 
 
+# the id a sharded kind spreads its entities by
+_SHARDED_BY = {"clients": "client_id", "commits": "group_id"}
+
+
 def routes(ev: dict, client_shards: int) -> list[tuple[str, int]]:
+    """The event's owner key first (OWNER_KIND), then the other keys it feeds."""
     kind = ev["event_type"]
-    if kind in ("broker_heartbeat", "metadata_update"):
-        return [("brokers", 0)]
+    owner = OWNER_KIND.get(kind)
+    if owner is None:
+        return []
+    entity = _SHARDED_BY.get(owner)
+    out = [(owner, shard_of(ev[entity], client_shards) if entity else 0)]
     if kind == "metadata_response":
-        out = [("clients", shard_of(ev["client_id"], client_shards))]
         if ev.get("error_code", 0) == 0 and ev["metadata_epoch"] >= 0:
-            out.append(("brokers", 0))
+            out.append(("brokers", 0))  # the epoch this broker served
         if ev.get("error_code") == events.REBOOTSTRAP_REQUIRED:
             out.append(("nodes", 0))
-        return out
-    if kind in ("metadata_request_failed", "client_rebootstrap"):
-        return [("clients", shard_of(ev["client_id"], client_shards))]
-    if kind == "connection_attempt":
-        return [("nodes", 0)]
-    if kind == "offset_commit":
-        return [("commits", shard_of(ev["group_id"], client_shards))]
-    return []
+    return out
 
 
 _MS = pa.timestamp("ms", tz="UTC")
 
 
-def route_batch(batch: pa.RecordBatch, client_shards: int, max_future_ms: int, now_ms: int) -> pa.Table:
-    """One row per state key each row feeds, in the input's order within each kind; adds kind,
-    shard and event_ms. Dead letters (undecodable records, events more than ``max_future_ms``
-    ahead of ``now_ms`` or before 1970) get a reason and no event_time: a year-3000 timestamp
-    must not move the watermark (it stays in event_ms and dlq_detail)."""
-    table = pa.Table.from_batches([batch])
+def route_batch(table: pa.Table, client_shards: int, max_future_ms: int, now_ms: int) -> pa.Table:
+    """One row per state key each row of ``table`` feeds, in the input's order within each kind;
+    adds kind, shard and event_ms. Dead letters (undecodable records, events more than
+    ``max_future_ms`` ahead of ``now_ms`` or before 1970) get a reason and no event_time: a
+    year-3000 timestamp must not move the watermark (it stays in event_ms and dlq_detail)."""
     t = table.column("event_type")
     event_ms = pc.cast(table.column("event_time"), _MS, safe=False).cast(pa.int64())
     future = pc.fill_null(pc.greater(event_ms, now_ms + max_future_ms), False)

@@ -1,5 +1,7 @@
 """The Arrow router (what the Spark job runs) and its pure twin send every event to the same keys."""
 
+import pyarrow as pa
+
 from streaming.replay import rows_to_batch
 from streaming.routing import OWNER_KIND, route_batch, routes
 from tests.unit.rules.builders import attempt, commit, failed, hb, rebootstrap, response, update
@@ -19,7 +21,7 @@ def _events():
 
 
 def routed(evs, now=NOW):
-    return route_batch(rows_to_batch(evs), client_shards=16, max_future_ms=300_000, now_ms=now).to_pylist()
+    return route_batch(pa.Table.from_batches([rows_to_batch(evs)]), client_shards=16, max_future_ms=300_000, now_ms=now).to_pylist()
 
 
 def test_arrow_routes_equal_pure_routes():
