@@ -10,6 +10,7 @@ horizon wait in the key's buffer for a later step.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from streaming.alerts import AlertTracker
@@ -85,20 +86,18 @@ class KeyEngine:
         horizon = max(horizon, self.horizon)
         pending = self.buffer + new_events
         pending.sort(key=_event_time)
-        ready_count = 0
-        for ev in pending:
-            if ev["event_time"] > horizon:
-                break
-            ready_count += 1
+        ready_count = bisect_right(pending, horizon, key=_event_time)
         ready, self.buffer = pending[:ready_count], pending[ready_count:]
         floor = self.horizon  # evaluations never go back in time
+        # events before `floor` arrived after we evaluated their time: applied now, and counted
+        out.late = bisect_left(ready, floor, key=_event_time)
+        if isinstance(self.table, BrokerFleet):
+            ready = self.table.without_repeated_serves(ready)
         deadline = self._deadline(floor)
         late_changes = False  # late events changed state: evaluate once at `floor`, after the run
         for ev in ready:
             t = ev["event_time"]
-            if t < floor:
-                out.late += 1  # arrived after we evaluated its time: applied now, and counted
-            elif late_changes:
+            if late_changes and t >= floor:
                 self._evaluate(floor, out)
                 late_changes = False
                 deadline = self._deadline(floor)
@@ -135,7 +134,7 @@ class KeyEngine:
         while deadline is not None and deadline <= horizon:
             self._evaluate(deadline, out)
             deadline = self._deadline(deadline)
-        if self.horizon == NO_TIME or horizon > self.horizon or ready:
+        if self.horizon == NO_TIME or horizon > self.horizon or ready_count:
             self._evaluate(horizon, out)
         self.horizon = horizon
         out.deadline = self._deadline(horizon)

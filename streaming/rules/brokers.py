@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from streaming import events
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
+from streaming.rules import served_runs
 from streaming.rules.records import NO_TIME, STATES, BrokerRecord, ClusterRecord, expire, first_after
 
 # A controller answer that means "you are an old incarnation" (KIP-343 / KRaft).
@@ -154,6 +157,21 @@ class BrokerFleet:
         b.applied_epoch, b.applied_controller_epoch = epoch, controller_epoch
         self._raise_newest(epoch, t)
         self._update_behind(b, t)
+
+    def without_repeated_serves(self, ready: list[dict]) -> list[dict]:
+        """``ready`` (in the order the engine applies it) less the serves that cannot change
+        anything (streaming.rules.served_runs)."""
+        if len(ready) < 3:
+            return ready
+        skip = self.repeated_serves(**serve_columns(ready))
+        return [ev for ev, s in zip(ready, skip.tolist()) if not s] if skip.any() else ready
+
+    def repeated_serves(self, **columns) -> np.ndarray:
+        """served_runs.repeated_serves against this fleet's state before the step."""
+        return served_runs.repeated_serves(
+            **columns, newest_epoch=self.cluster.newest_epoch,
+            last_served={bid: b.last_served_ms for bid, b in self.brokers.items() if b.last_served_ms != NO_TIME},
+            grace_ms=self.settings.metadata_lag_grace_ms)
 
     def on_served_epoch(self, ev: dict) -> None:
         epoch = ev["metadata_epoch"]
@@ -378,3 +396,19 @@ class BrokerFleet:
                          "metadata_epoch_lag": max(0, newest - b.known_epoch) if b.known_epoch >= 0 else 0,
                          "restarts": b.restarts})
         return rows
+
+
+
+def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:
+    """The columns served_runs.repeated_serves reads, from event dicts."""
+    n = len(events)
+    codes = served_runs.KIND_CODES
+
+    def ints(name: str, missing: int) -> np.ndarray:
+        return np.fromiter((missing if (v := ev.get(name)) is None else v for ev in events), np.int64, n)
+
+    return {"kind": np.fromiter((codes.get(ev["event_type"], served_runs.OTHER) for ev in events), np.int8, n),
+            "broker": ints("broker_id", -1), "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
+            "time": ints("event_time", NO_TIME),
+            # what streaming.engine.invalid_reason requires of a metadata response
+            "usable": np.fromiter((bool(ev.get("client_id")) and bool(ev.get("cluster_id")) for ev in events), bool, n)}

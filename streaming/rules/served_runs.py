@@ -1,0 +1,70 @@
+"""Which served-epoch events the brokers key can skip without changing anything (pure, numpy).
+
+Most events of a cluster's brokers key are the epochs its brokers serve to clients, and in steady
+state a broker serves the same epoch to every client until the next metadata update: a *run* of
+identical serves. Inside a run a serve only moves the broker's ``last_served_ms`` on, and that
+time is only ever compared against the lag grace (``BrokerFleet._lagging`` and its deadline). So a
+serve can be skipped when, for its broker, the events just before and after it in the step are
+serves of the same epoch, no update that may raise the cluster's newest epoch lies in between,
+and the serves kept around it are less than the grace apart: no condition, deadline or dirty flag
+can tell the difference (tests/unit/rules/test_served_runs.py compares every output and the final
+state with the engine applying every event).
+
+Kept in each run: its first and last serve, and the first and last serve of every half-grace
+bucket of time, so that consecutive kept serves are always less than the grace apart.
+
+One function over columns, so the Spark processor runs it on Arrow before building any dict and
+the engine on the dicts of a step (streaming.engine, streaming.processor).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+KIND_NAMES = ("broker_heartbeat", "metadata_update", "metadata_response")
+OTHER, HEARTBEAT, UPDATE, RESPONSE = range(4)
+KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES, start=1)}
+
+
+def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, error: np.ndarray,
+                    time: np.ndarray, usable: np.ndarray, newest_epoch: int, last_served: dict[int, int],
+                    grace_ms: int) -> np.ndarray:
+    """A mask of the events to skip, for events in the order the engine applies them.
+
+    ``kind``: KIND_CODES; ``broker`` -1, ``epoch`` -2 and ``error`` 0 where the event has none;
+    ``usable``: client and cluster id are set (with ``time`` >= 0, what the engine's validity
+    checks ask of a response); ``newest_epoch``: the cluster's
+    newest epoch before the step (updates above it may raise it, and end every run);
+    ``last_served``: each broker's ``last_served_ms`` before the step (a serve older than that is
+    ignored by the rules and cannot anchor a run)."""
+    n = len(kind)
+    skip = np.zeros(n, dtype=bool)
+    half = grace_ms // 2
+    if n < 3 or half < 1:
+        return skip
+    serve = (kind == RESPONSE) & (epoch >= 0) & (error == 0) & (broker >= 0) & (time >= 0) & usable
+    if last_served:
+        brokers, where = np.unique(broker, return_inverse=True)
+        known = np.array([last_served.get(b, -1) for b in brokers.tolist()], np.int64)[where]
+        serve &= time >= known  # older than the broker's last serve: cannot anchor a run
+    ends_run = ((kind == HEARTBEAT) | (kind == UPDATE)) & (broker >= 0)  # that broker may change
+    segment = np.cumsum((kind == UPDATE) & (epoch > newest_epoch))  # may raise the newest epoch
+    # a response that is no plain serve (an error, epoch -1, too old) ends the run too: rare, and
+    # on_served_epoch still compares such a broker against the newest epoch
+    rows = np.flatnonzero(ends_run | ((kind == RESPONSE) & (broker >= 0)))
+    if len(rows) < 3:
+        return skip
+    rows = rows[np.lexsort((rows, broker[rows]))]  # each broker's events, in step order
+    b, member = broker[rows], serve[rows]
+    # linked[j]: rows[j-1] and rows[j] are serves of one run
+    linked = np.zeros(len(rows) + 1, dtype=bool)
+    linked[1:-1] = ((b[1:] == b[:-1]) & member[1:] & member[:-1]
+                    & (epoch[rows][1:] == epoch[rows][:-1]) & (segment[rows][1:] == segment[rows][:-1]))
+    bucket = time[rows] // half
+    same_bucket_before = np.zeros(len(rows), dtype=bool)
+    same_bucket_before[1:] = bucket[1:] == bucket[:-1]
+    same_bucket_after = np.zeros(len(rows), dtype=bool)
+    same_bucket_after[:-1] = bucket[:-1] == bucket[1:]
+    inside = linked[:-1] & linked[1:] & same_bucket_before & same_bucket_after
+    skip[rows[inside]] = True
+    return skip
