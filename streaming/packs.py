@@ -107,10 +107,21 @@ def pack(table: pa.Table) -> pa.RecordBatch:
 def unpack(*payloads: bytes) -> list[dict]:
     """The events of packs, in order, as dicts: only non-null fields, ``event_time`` in integer
     milliseconds. A key's packs are converted together: the per-column cost is paid once."""
+    return to_dicts(read_packs(*payloads))
+
+
+def read_packs(*payloads: bytes) -> pa.Table | None:
+    """A key's packs as one Arrow table, in order (None for no packs)."""
     tables = [pa.ipc.open_stream(payload).read_all() for payload in payloads]
     if not tables:
+        return None
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+
+
+def to_dicts(table: pa.Table | None) -> list[dict]:
+    """The rows of a pack table as event dicts, without their null fields."""
+    if table is None:
         return []
-    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
     full, sparse = [], []
     for name, column in zip(table.column_names, table.columns):
         (full if column.null_count == 0 else sparse).append((name, column.to_pylist()))

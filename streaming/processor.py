@@ -27,15 +27,19 @@ import random
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
 from streaming.engine import KeyEngine
-from streaming.packs import CLOCK_KIND, unpack
-from streaming.rules import records
+from streaming.packs import CLOCK_KIND, read_packs, to_dicts
+from streaming.rules import records, served_runs
+from streaming.rules.brokers import serve_columns
 from streaming.state_schema import (ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA,
                                     schema_of)
 
@@ -114,23 +118,23 @@ class EpochwatchProcessor(StatefulProcessor):
         cluster_id, kind, shard = _grouping_key(key)
         if kind == CLOCK_KIND:
             return []  # only there to move the watermark (streaming.packs)
-        events = unpack(*packs)
+        table = read_packs(*packs)
         if kind == DEAD_LETTER_KIND:
-            return [_dead_letter_row(r) for r in events]
-        return self._step(cluster_id, kind, int(shard), events, timerValues, clock_ms)
+            return [_dead_letter_row(r) for r in to_dicts(table)]
+        return self._step(cluster_id, kind, int(shard), table, timerValues, clock_ms)
 
     def close(self) -> None:
         pass
 
     # --- one step -------------------------------------------------------------------------------
 
-    def _step(self, cluster_id: str, kind: str, shard: int, events: list[dict], timerValues,
+    def _step(self, cluster_id: str, kind: str, shard: int, table: pa.Table | None, timerValues,
               clock_ms: int | None) -> list[dict]:
         meta = self.meta.get()
         _, offset, timer_ms, generation = meta or (records.NO_TIME, 0, records.NO_TIME, 0)
         cache_key = (self.settings, cluster_id, kind, shard)
         engine, stored = _ENGINES.take(cache_key, generation) or self._load(cluster_id, kind, shard, meta)
-        newest = max((ev["event_time"] for ev in events), default=None)
+        newest = pc.max(table.column("event_time")).as_py() if table is not None else None
         if self.event_time_mode:
             horizon = timerValues.getCurrentWatermarkInMs()
             if clock_ms is not None:
@@ -143,7 +147,9 @@ class EpochwatchProcessor(StatefulProcessor):
                 # and a horizon at "now" would time out every broker heard from in it.
                 offset = max(now - newest, 0)
             horizon = now - offset
-        result = engine.step(events, horizon)
+        if kind == "brokers" and table is not None:
+            table = _without_repeated_serves(engine, table, horizon)
+        result = engine.step(to_dicts(table), horizon)
         stored = self._store(engine, kind, stored)
         timer_ms = self._schedule(result.deadline, offset, timer_ms)
         generation = random.getrandbits(62) + 1
@@ -212,6 +218,47 @@ class EpochwatchRowProcessor(EpochwatchProcessor):
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         yield from _rows(self._handle(key, [], timerValues))
+
+
+def _without_repeated_serves(engine: KeyEngine, table: pa.Table, horizon: int) -> pa.Table:
+    """The brokers key's packs less the serves that cannot change anything
+    (streaming.rules.served_runs), found on Arrow columns before any dict is built: most of the
+    key's events are such serves. It looks at what the engine will apply in this step, in its
+    order: the buffered events first, then the packs, stably by event time, up to the horizon."""
+    columns = _arrow_serve_columns(table)
+    buffered = len(engine.buffer)
+    if buffered:
+        columns = {name: np.concatenate([old, columns[name]])
+                   for name, old in serve_columns(engine.buffer).items()}
+    time = columns["time"]
+    order = np.argsort(time, kind="stable")
+    ready = order[time[order] <= max(horizon, engine.horizon)]
+    skip = np.zeros(len(time), dtype=bool)
+    skip[ready] = engine.table.repeated_serves(**{name: values[ready] for name, values in columns.items()})
+    # late events are left to the engine's own pass, which counts them first
+    skip = skip[buffered:] & (time[buffered:] >= engine.horizon)
+    return table.filter(pa.array(~skip)) if skip.any() else table
+
+
+def _arrow_serve_columns(table: pa.Table) -> dict[str, np.ndarray]:
+    """rules.brokers.serve_columns, from a pack table (a pack leaves out its all-null columns)."""
+    n, names = table.num_rows, set(table.column_names)
+
+    def ints(name: str, missing: int) -> np.ndarray:
+        if name not in names:
+            return np.full(n, missing, np.int64)
+        return pc.fill_null(table.column(name), missing).to_numpy().astype(np.int64, copy=False)
+
+    def set_(name: str) -> np.ndarray:
+        if name not in names:
+            return np.zeros(n, dtype=bool)
+        return pc.fill_null(pc.greater(pc.utf8_length(table.column(name)), 0), False).to_numpy()
+
+    codes = pc.fill_null(pc.add(pc.index_in(table.column("event_type"), value_set=pa.array(served_runs.KIND_NAMES)), 1),
+                         served_runs.OTHER)
+    return {"kind": codes.to_numpy().astype(np.int8), "broker": ints("broker_id", -1),
+            "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0), "time": ints("event_time", records.NO_TIME),
+            "usable": set_("client_id") & set_("cluster_id")}
 
 
 def _rows(dicts: list[dict]):

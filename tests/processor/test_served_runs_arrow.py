@@ -1,0 +1,127 @@
+"""The processor skips repeated serves on Arrow columns before it builds dicts
+(streaming.rules.served_runs). That early pass must read the same columns the engine's own pass
+reads from dicts, and a brokers key must emit exactly what it emits applying every event."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from streaming import processor
+from streaming.config import RuleSettings
+from streaming.packs import pack, read_packs, to_dicts
+from streaming.processor import EpochwatchProcessor
+from streaming.routing import routes
+from streaming.rules.brokers import BrokerFleet, serve_columns
+from streaming.simulate import ClusterShape, run_scenario
+from tests.processor.test_epochwatch_processor import pack_time
+from tests.unit.rules.builders import hb, response, update
+
+
+def packed(events: list[dict], key: tuple) -> list[bytes]:
+    """The payloads Spark would hand the processor for ``key``: events routed there, packed."""
+    rows = []
+    for ev in events:
+        if ev["cluster_id"] != key[0] or key[1:] not in routes(ev, 16):
+            continue
+        rows.append({**ev, "event_time": datetime.fromtimestamp(ev["event_time"] / 1000, timezone.utc),
+                     "event_ms": ev["event_time"], "kind": key[1], "shard": key[2]})
+    if not rows:
+        return []
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    packs = pack(pa.table({k: pa.array([r.get(k) for r in rows]) for k in names}))
+    return [p for p, kind in zip(packs.column("payload").to_pylist(), packs.column("kind").to_pylist())
+            if kind == key[1]]
+
+
+def test_arrow_and_dict_columns_agree():
+    """Why: the early pass on Arrow and the engine's pass on dicts must see the same events, or
+    the early one could skip a serve the engine would have kept. Mixed event types, errors,
+    epoch -1, empty and missing client ids, and two packs that kept different columns."""
+    first = [hb(10, 1), update(20, 2, 7), response(30, "a", 1, 7), response(40, "a", 1, -1),
+             response(50, "", 2, 7, error=129)]
+    second = [hb(60, 2, current="INACTIVE")]
+    payloads = packed(first, ("c1", "brokers", 0)) + packed(second, ("c1", "brokers", 0))
+    table = read_packs(*payloads)
+    from_arrow = processor._arrow_serve_columns(table)
+    from_dicts = serve_columns(to_dicts(table))
+    assert from_arrow.keys() == from_dicts.keys()
+    for name in from_dicts:
+        assert from_arrow[name].tolist() == from_dicts[name].tolist(), name
+
+
+def _run(events: list[dict], key: tuple, batch: int, skip: bool, rules: RuleSettings) -> list:
+    """Feed a brokers key batch by batch (EventTime, so events wait in the buffer and some come
+    late); every output row and the final state."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not skip:
+            mp.setattr(processor, "_without_repeated_serves", lambda engine, table, horizon: table)
+            mp.setattr(BrokerFleet, "without_repeated_serves", lambda self, ready: ready)
+        tester = TwsTester(EpochwatchProcessor(rules, "EventTime"), timeMode="EventTime",
+                           eventTimeExtractor=pack_time)
+        rows = []
+        for i in range(0, len(events), batch):
+            payloads = packed(events[i:i + batch], key)
+            if payloads:
+                frame = pa.table({"payload": payloads, "clock_ms": [max(e["event_time"] for e in events[:i + batch])]
+                                  * len(payloads)}).to_pandas()
+                frame["event_time"] = None
+                out = tester.testInPandas(key, frame)
+                rows += out.drop(columns=["raw_key", "raw_value"]).to_dict("records")
+        fired = tester.setWatermark(events[-1]["event_time"] + 3_600_000)
+        rows += fired.drop(columns=["raw_key", "raw_value"]).to_dict("records")
+        state = (tester.peekListState("brokers", key), tester.peekValueState("cluster", key),
+                 tester.peekListState("alerts", key))
+    return [rows, state]
+
+
+@pytest.mark.parametrize("name", ["partitioned_broker", "rolling_restart", "zombie_incarnation",
+                                  "metadata_epoch_regression"])
+def test_a_brokers_key_emits_the_same_with_and_without_skipping(name):
+    # 1,500 clients: long runs of serves per broker, as in a real fleet
+    result = run_scenario(name, shape=ClusterShape(clients=1500))
+    cluster, rules = result.truth.cluster_id, result.truth.rule_settings()
+    events = [ev for ev in result.events if ev["cluster_id"] == cluster]
+    # out of order within the allowed lateness, and some beyond it (applied late)
+    rng = np.random.default_rng(7)
+    shifted = [{**ev, "event_time": ev["event_time"] - int(rng.choice([0, 0, 0, 500, 1500, 4000]))} for ev in events]
+    key = (cluster, "brokers", 0)
+    with_skip = _run(shifted, key, 2000, skip=True, rules=rules)
+    assert with_skip == _run(shifted, key, 2000, skip=False, rules=rules)
+    assert any(r["kind"] == "alert" for r in with_skip[0]) or name == "rolling_restart"
+
+
+def test_the_early_pass_skips_most_of_a_run():
+    """Why: the point of the early pass is that the dicts are never built for repeated serves."""
+    engine = processor.KeyEngine.new("brokers", "c1", 0, RuleSettings())
+    engine.step([hb(0, 1), update(10, 1, 10)], 10)
+    serves = [response(t, f"c{t}", 1, 10) for t in range(100, 5100, 100)]
+    table = read_packs(*packed(serves, ("c1", "brokers", 0)))
+    kept = processor._without_repeated_serves(engine, table, horizon=10_000)
+    assert kept.column("event_time").to_pylist() == [100, 5000]
+
+
+def _kept_times(buffer: list[dict], serves: list[dict], horizon: int) -> list[int]:
+    engine = processor.KeyEngine.new("brokers", "c1", 0, RuleSettings())
+    engine.step([hb(0, 1), update(10, 1, 10)], 10)
+    engine.buffer = buffer
+    table = read_packs(*packed(serves, ("c1", "brokers", 0)))
+    return processor._without_repeated_serves(engine, table, horizon).column("event_time").to_pylist()
+
+
+def test_the_early_pass_sees_the_buffered_events_between_the_new_ones():
+    """Why: events that waited in the buffer are applied in this step too, in time order among the
+    new ones: a buffered heartbeat of the broker inside a run of new serves ends that run."""
+    serves = [response(t, f"c{t}", 1, 10) for t in range(100, 5100, 100)]
+    assert _kept_times([hb(2550, 1)], serves, horizon=10_000) == [100, 2500, 2600, 5000]
+
+
+def test_the_early_pass_stops_at_the_horizon():
+    """Why: serves past the horizon wait in the buffer and are not applied in this step, so they
+    cannot close a run of this step: the last serve before the horizon is kept."""
+    serves = [response(t, f"c{t}", 1, 10) for t in range(100, 5100, 100)]
+    assert _kept_times([], serves, horizon=2000) == [100, 2000] + list(range(2100, 5100, 100))
