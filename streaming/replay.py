@@ -50,6 +50,10 @@ def rows_to_batch(rows: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+# files per staged chunk (= per micro-batch): one for each core of a local session
+FILES_PER_CHUNK = max(1, min(8, os.cpu_count() or 1))
+
+
 class ParquetStager:
     """Writes event dicts as numbered Parquet chunks the file source reads one per micro-batch."""
 
@@ -71,10 +75,16 @@ class ParquetStager:
         if not self._chunk:
             return
         index = self.stats.batches
-        path = self.out_dir / f"chunk-{index:06d}.parquet"
-        pq.write_table(pa.Table.from_batches([rows_to_batch(self._chunk)]), path)
-        # the file source orders by modification time: make it follow the chunk order
-        os.utime(path, (1_000_000 + index, 1_000_000 + index))
+        rows = self._chunk
+        size = -(-len(rows) // FILES_PER_CHUNK)
+        # A chunk is one micro-batch; one file per core lets every core read and route a part
+        # (one file was one task: the other core idled through the batch's first stage).
+        for part, start in enumerate(range(0, FILES_PER_CHUNK * size, size)):
+            path = self.out_dir / f"chunk-{index:06d}-{part}.parquet"
+            pq.write_table(pa.Table.from_batches([rows_to_batch(rows[start:start + size])]), path)
+            # the file source orders files by modification time: make it follow the chunk order
+            stamp = 1_000_000 + index * FILES_PER_CHUNK + part
+            os.utime(path, (stamp, stamp))
         self.stats.batches += 1
         self._chunk = []
         if self.progress:
@@ -104,7 +114,7 @@ def stage_jsonl(source: IO[str], name: str, out_dir: Path, chunk_events: int, pr
 
 def run_staged(spark, settings: Settings, staged: Path, sinks: list[Sink], checkpoint: str, api: str = "pandas"):
     """The detection query over staged chunks (EventTime, availableNow); returns the finished query."""
-    stream = spark.readStream.schema(spark_schema(True)).option("maxFilesPerTrigger", 1).parquet(str(staged))
+    stream = spark.readStream.schema(spark_schema(True)).option("maxFilesPerTrigger", FILES_PER_CHUNK).parquet(str(staged))
     dispatcher = Dispatcher(sinks)
     query = (detect(stream, settings.rules, EVENT_TIME, api=api).writeStream
              .foreachBatch(dispatcher)
