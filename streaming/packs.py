@@ -18,6 +18,7 @@ summaries -> epochwatch_late_events_total), never dropped. A dead letter's time 
 
 from __future__ import annotations
 
+import pickle
 import time
 from typing import Callable, Iterable, Iterator
 
@@ -162,3 +163,44 @@ def _ipc_bytes(table: pa.Table) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def ready_and_waiting(waiting: pa.Table | None, new: pa.Table | None,
+                      horizon: int) -> tuple[pa.Table | None, pa.Table | None]:
+    """Split what waited and what arrived into the events at or before ``horizon`` and the rest,
+    each in the order the engine applies events: by event time, ties in arrival order (what
+    waited first). Both stay Arrow: a key's waiting events are stored as Arrow IPC, and dicts
+    are built only for the events applied."""
+    tables = [t for t in (waiting, new) if t is not None and t.num_rows]
+    if not tables:
+        return None, None
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    times = table.column("event_time").to_numpy()
+    order = np.argsort(times, kind="stable")
+    cut = int(np.searchsorted(times[order], horizon, side="right"))
+    if cut == len(order) and (order[:-1] < order[1:]).all():
+        return table, None  # already in order and all ready: no copy
+    ready, later = order[:cut], order[cut:]
+    return (table.take(ready) if len(ready) else None), (table.take(later) if len(later) else None)
+
+
+def to_ipc_chunks(table: pa.Table, rows: int) -> list[tuple[int, bytes]]:
+    """(row count, Arrow IPC stream) per slice of at most ``rows`` rows."""
+    return [(min(rows, table.num_rows - start), _ipc_bytes(table.slice(start, rows)))
+            for start in range(0, table.num_rows, rows)]
+
+
+def from_ipc_chunks(chunks: list[bytes]) -> pa.Table | None:
+    """The table to_ipc_chunks wrote. A chunk written by an older version holds pickled event
+    dicts instead (a pickle starts with 0x80, an IPC stream with 0xff): it loads too."""
+    tables = []
+    for chunk in chunks:
+        if chunk[:1] == b"\x80":
+            events = pickle.loads(chunk)
+            names = list(dict.fromkeys(name for ev in events for name in ev))
+            tables.append(pa.table({name: [ev.get(name) for ev in events] for name in names}))
+        else:
+            tables.append(pa.ipc.open_stream(chunk).read_all())
+    if not tables:
+        return None
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import operator
-import pickle
 import random
 from dataclasses import dataclass
 from typing import Iterator
@@ -37,9 +36,8 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
 from streaming.engine import KeyEngine
-from streaming.packs import CLOCK_KIND, read_packs, to_dicts
+from streaming.packs import CLOCK_KIND, from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
 from streaming.rules import records, served_runs
-from streaming.rules.brokers import serve_columns
 from streaming.state_schema import (ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA,
                                     schema_of)
 
@@ -57,11 +55,12 @@ DEAD_LETTER_KIND = "dead_letter"
 
 @dataclass
 class Stored:
-    """What the state store holds for a key's small variables, so that an unchanged one is not
-    written again (two round trips to the JVM per key and step, mostly clearing empty lists)."""
+    """What the state store holds for a key's alerts and waiting events: an unchanged value is not
+    written again (two round trips to the JVM per key and step, mostly clearing empty lists), and
+    a cached engine keeps its waiting events as they are."""
 
     alerts: list[tuple]
-    buffer_empty: bool
+    waiting: pa.Table | None  # events past the horizon, in the order they will be applied
 
 
 class EngineCache:
@@ -147,11 +146,17 @@ class EpochwatchProcessor(StatefulProcessor):
                 # and a horizon at "now" would time out every broker heard from in it.
                 offset = max(now - newest, 0)
             horizon = now - offset
-        if kind == "brokers" and table is not None:
-            table = _without_repeated_serves(engine, table, horizon)
-        result = engine.step(to_dicts(table), horizon)
-        stored = self._store(engine, kind, stored)
-        timer_ms = self._schedule(result.deadline, offset, timer_ms)
+        # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
+        ready, waiting = ready_and_waiting(stored.waiting, table, max(horizon, engine.horizon))
+        if kind == "brokers" and ready is not None:
+            ready = _without_repeated_serves(engine, ready)
+        result = engine.step(to_dicts(ready), horizon)
+        stored = self._store(engine, kind, stored, waiting)
+        deadline = result.deadline
+        if waiting is not None:  # wake up when the watermark reaches the first waiting event
+            first = waiting.column("event_time")[0].as_py()
+            deadline = first if deadline is None else min(deadline, first)
+        timer_ms = self._schedule(deadline, offset, timer_ms)
         generation = random.getrandbits(62) + 1
         self.meta.update((engine.horizon, offset, timer_ms, generation))
         _ENGINES.keep(cache_key, generation, engine, stored)
@@ -185,11 +190,11 @@ class EpochwatchProcessor(StatefulProcessor):
                 table.cluster = records.from_row(records.ClusterRecord, row)
         alerts = [tuple(row) for row in self.alerts.get()]
         engine.tracker = AlertTracker.from_rows(cluster_id, self.settings, alerts)
-        engine.buffer = [ev for _, chunk in self.buffer.get() for ev in pickle.loads(chunk)]
+        waiting = from_ipc_chunks([chunk for _, chunk in self.buffer.get()])
         engine.horizon = meta[0] if meta else records.NO_TIME
-        return engine, Stored(alerts, buffer_empty=not engine.buffer)
+        return engine, Stored(alerts, waiting)
 
-    def _store(self, engine: KeyEngine, kind: str, stored: Stored) -> Stored:
+    def _store(self, engine: KeyEngine, kind: str, stored: Stored, waiting: pa.Table | None) -> Stored:
         name, _ = ENTITY_STATE[kind]
         entities = getattr(engine.table, name).values()
         if name in JSON_TABLES:
@@ -201,11 +206,10 @@ class EpochwatchProcessor(StatefulProcessor):
         alerts = engine.tracker.to_rows()
         if alerts != stored.alerts:
             _put(self.alerts, alerts)
-        if engine.buffer or not stored.buffer_empty:
+        if waiting is not None or stored.waiting is not None:
             # bounded chunks: one huge state value would have to fit the JVM heap in one piece
-            chunks = [engine.buffer[i:i + BUFFER_CHUNK] for i in range(0, len(engine.buffer), BUFFER_CHUNK)]
-            _put(self.buffer, [(len(c), pickle.dumps(c, protocol=5)) for c in chunks])
-        return Stored(alerts, buffer_empty=not engine.buffer)
+            _put(self.buffer, to_ipc_chunks(waiting, BUFFER_CHUNK) if waiting is not None else [])
+        return Stored(alerts, waiting)
 
 
 class EpochwatchRowProcessor(EpochwatchProcessor):
@@ -220,24 +224,14 @@ class EpochwatchRowProcessor(EpochwatchProcessor):
         yield from _rows(self._handle(key, [], timerValues))
 
 
-def _without_repeated_serves(engine: KeyEngine, table: pa.Table, horizon: int) -> pa.Table:
-    """The brokers key's packs less the serves that cannot change anything
+def _without_repeated_serves(engine: KeyEngine, ready: pa.Table) -> pa.Table:
+    """The brokers key's ready events less the serves that cannot change anything
     (streaming.rules.served_runs), found on Arrow columns before any dict is built: most of the
-    key's events are such serves. It looks at what the engine will apply in this step, in its
-    order: the buffered events first, then the packs, stably by event time, up to the horizon."""
-    columns = _arrow_serve_columns(table)
-    buffered = len(engine.buffer)
-    if buffered:
-        columns = {name: np.concatenate([old, columns[name]])
-                   for name, old in serve_columns(engine.buffer).items()}
-    time = columns["time"]
-    order = np.argsort(time, kind="stable")
-    ready = order[time[order] <= max(horizon, engine.horizon)]
-    skip = np.zeros(len(time), dtype=bool)
-    skip[ready] = engine.table.repeated_serves(**{name: values[ready] for name, values in columns.items()})
+    key's events are such serves. ``ready`` is what the engine applies in this step, in its order."""
+    columns = _arrow_serve_columns(ready)
     # late events are left to the engine's own pass, which counts them first
-    skip = skip[buffered:] & (time[buffered:] >= engine.horizon)
-    return table.filter(pa.array(~skip)) if skip.any() else table
+    skip = engine.table.repeated_serves(**columns) & (columns["time"] >= engine.horizon)
+    return ready.filter(pa.array(~skip)) if skip.any() else ready
 
 
 def _arrow_serve_columns(table: pa.Table) -> dict[str, np.ndarray]:

@@ -43,8 +43,8 @@ ALERT_SCHEMA = StructType([
 # on its own (~16 us in Python plus the JVM side), which for 100,000 clients cost seconds per
 # micro-batch. The value stays readable: json_rows() below turns it back into records.
 JSON_ROWS_SCHEMA = StructType([StructField("count", LongType()), StructField("rows", StringType())])
-# Events within the allowed lateness of the newest, waiting: transient (one batch), so a fast
-# pickle of plain dicts.
+# Events within the allowed lateness of the newest, waiting: transient (one batch), kept as the
+# Arrow IPC stream they arrived in (streaming.packs.to_ipc_chunks).
 BUFFER_SCHEMA = StructType([StructField("count", LongType()), StructField("events", BinaryType())])
 
 # One output row per alert transition, broker transition, status row, summary or dead letter.

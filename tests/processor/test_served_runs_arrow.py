@@ -13,7 +13,7 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming import processor
 from streaming.config import RuleSettings
-from streaming.packs import pack, read_packs, to_dicts
+from streaming.packs import pack, read_packs, ready_and_waiting, to_dicts
 from streaming.processor import EpochwatchProcessor
 from streaming.routing import routes
 from streaming.rules.brokers import BrokerFleet, serve_columns
@@ -59,7 +59,7 @@ def _run(events: list[dict], key: tuple, batch: int, skip: bool, rules: RuleSett
     late); every output row and the final state."""
     with pytest.MonkeyPatch.context() as mp:
         if not skip:
-            mp.setattr(processor, "_without_repeated_serves", lambda engine, table, horizon: table)
+            mp.setattr(processor, "_without_repeated_serves", lambda engine, ready: ready)
             mp.setattr(BrokerFleet, "without_repeated_serves", lambda self, ready: ready)
         tester = TwsTester(EpochwatchProcessor(rules, "EventTime"), timeMode="EventTime",
                            eventTimeExtractor=pack_time)
@@ -95,33 +95,34 @@ def test_a_brokers_key_emits_the_same_with_and_without_skipping(name):
     assert any(r["kind"] == "alert" for r in with_skip[0]) or name == "rolling_restart"
 
 
+def _kept_times(waited: list[dict], arrived: list[dict], horizon: int) -> list[int]:
+    """Times of the serves the early pass leaves for the engine, as the processor calls it: what
+    waited and what arrived, split at the horizon (streaming.packs.ready_and_waiting)."""
+    engine = processor.KeyEngine.new("brokers", "c1", 0, RuleSettings())
+    engine.step([hb(0, 1), update(10, 1, 10)], 10)
+    key = ("c1", "brokers", 0)
+    waiting = read_packs(*packed(waited, key)) if waited else None
+    ready, _ = ready_and_waiting(waiting, read_packs(*packed(arrived, key)), horizon)
+    kept = processor._without_repeated_serves(engine, ready)
+    return [t for t, kind in zip(kept.column("event_time").to_pylist(), kept.column("event_type").to_pylist())
+            if kind == "metadata_response"]
+
+
+SERVES = [response(t, f"c{t}", 1, 10) for t in range(100, 5100, 100)]
+
+
 def test_the_early_pass_skips_most_of_a_run():
     """Why: the point of the early pass is that the dicts are never built for repeated serves."""
-    engine = processor.KeyEngine.new("brokers", "c1", 0, RuleSettings())
-    engine.step([hb(0, 1), update(10, 1, 10)], 10)
-    serves = [response(t, f"c{t}", 1, 10) for t in range(100, 5100, 100)]
-    table = read_packs(*packed(serves, ("c1", "brokers", 0)))
-    kept = processor._without_repeated_serves(engine, table, horizon=10_000)
-    assert kept.column("event_time").to_pylist() == [100, 5000]
+    assert _kept_times([], SERVES, horizon=10_000) == [100, 5000]
 
 
-def _kept_times(buffer: list[dict], serves: list[dict], horizon: int) -> list[int]:
-    engine = processor.KeyEngine.new("brokers", "c1", 0, RuleSettings())
-    engine.step([hb(0, 1), update(10, 1, 10)], 10)
-    engine.buffer = buffer
-    table = read_packs(*packed(serves, ("c1", "brokers", 0)))
-    return processor._without_repeated_serves(engine, table, horizon).column("event_time").to_pylist()
-
-
-def test_the_early_pass_sees_the_buffered_events_between_the_new_ones():
-    """Why: events that waited in the buffer are applied in this step too, in time order among the
-    new ones: a buffered heartbeat of the broker inside a run of new serves ends that run."""
-    serves = [response(t, f"c{t}", 1, 10) for t in range(100, 5100, 100)]
-    assert _kept_times([hb(2550, 1)], serves, horizon=10_000) == [100, 2500, 2600, 5000]
+def test_the_early_pass_sees_the_waiting_events_between_the_new_ones():
+    """Why: events that waited are applied in this step too, in time order among the new ones: a
+    waiting heartbeat of the broker inside a run of new serves ends that run."""
+    assert _kept_times([hb(2550, 1)], SERVES, horizon=10_000) == [100, 2500, 2600, 5000]
 
 
 def test_the_early_pass_stops_at_the_horizon():
-    """Why: serves past the horizon wait in the buffer and are not applied in this step, so they
-    cannot close a run of this step: the last serve before the horizon is kept."""
-    serves = [response(t, f"c{t}", 1, 10) for t in range(100, 5100, 100)]
-    assert _kept_times([], serves, horizon=2000) == [100, 2000] + list(range(2100, 5100, 100))
+    """Why: serves past the horizon wait and are not applied in this step, so they cannot close a
+    run of this step: the last serve before the horizon is kept, and the rest are not in ready."""
+    assert _kept_times([], SERVES, horizon=2000) == [100, 2000]
