@@ -110,7 +110,7 @@ def describe(names: list[str], events: list[dict], truths: dict[str, GroundTruth
 
 def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | None,
              out: IO[str] = sys.stdout, batch_events: int = 400) -> int:
-    from streaming.dispatch import ConsoleSink, JsonLinesSink, MemorySink
+    from streaming.dispatch import ConsoleSink, Dispatcher, JsonLinesSink, MemorySink
     from streaming.embedded import EmbeddedBroker, create_topics
     from streaming.job import KafkaOutputSink, start
     from streaming.pipeline import EVENT_TIME
@@ -121,6 +121,7 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
     rules = next(iter(truths.values())).rule_settings()
     work = Path(tempfile.mkdtemp(prefix="epochwatch-demo-"))
     broker = None if bootstrap else EmbeddedBroker().start()
+    spark = None
     bootstrap = bootstrap or broker.bootstrap_servers
     try:
         settings = config.load(overrides={"kafka.bootstrap.servers": bootstrap,
@@ -140,10 +141,13 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
         memory = MemorySink()
         alerts_file, transitions_file = work / "alerts.jsonl", work / "transitions.jsonl"
         with open(alerts_file, "w") as a, open(transitions_file, "w") as t:
-            sinks = [KafkaOutputSink(settings), ConsoleSink(out), memory, JsonLinesSink(a, t)]
-            query = start(spark, settings, sinks, time_mode=EVENT_TIME, available_now=True,
-                          query_name="epochwatch-demo")
-            query.awaitTermination()
+            sinks = Dispatcher([KafkaOutputSink(settings), ConsoleSink(out), memory, JsonLinesSink(a, t)])
+            try:
+                query = start(spark, settings, sinks.sinks, time_mode=EVENT_TIME, available_now=True,
+                              query_name="epochwatch-demo")
+                query.awaitTermination()
+            finally:
+                sinks.close()  # the alert producer goes before the broker does: no reconnect noise
         if query.exception():
             out.write(f"the query failed: {query.exception()}\n")
             return 1
@@ -168,6 +172,8 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
         out.write("DEMO OK: every expected alert fired in time, nothing unexpected\n" if ok else "DEMO FAILED\n")
         return 0 if ok else 1
     finally:
+        if spark is not None:
+            spark.stop()  # its Python workers' Kafka clients too
         if broker:
             broker.stop()
 

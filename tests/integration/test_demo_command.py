@@ -1,0 +1,26 @@
+"""README command 1's job, as a user runs it: ``epochwatch demo`` starts the embedded broker, plays
+the scripted incident through Kafka and Spark, and says DEMO OK; nothing after that may look like
+a failure (librdkafka logs FAIL when a client outlives the broker it talks to)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(600)]
+
+
+def test_the_demo_plays_the_incident_and_ends_cleanly(tmp_path):
+    command = Path(sys.executable).with_name("epochwatch")
+    done = subprocess.run([str(command), "demo", "--report", str(tmp_path / "report.png")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=540, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "DEMO OK" in done.stdout
+    assert "3 malformed records in epochwatch.dlq" in done.stdout
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+    failures = [line for line in output.splitlines() if "|FAIL|" in line]
+    assert not failures, "\n".join(failures[:5])
