@@ -398,7 +398,6 @@ class BrokerFleet:
         return rows
 
 
-
 def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:
     """The columns served_runs.repeated_serves reads, from event dicts."""
     n = len(events)

@@ -33,10 +33,9 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
 
     ``kind``: KIND_CODES; ``broker`` -1, ``epoch`` -2 and ``error`` 0 where the event has none;
     ``usable``: client and cluster id are set (with ``time`` >= 0, what the engine's validity
-    checks ask of a response); ``newest_epoch``: the cluster's
-    newest epoch before the step (updates above it may raise it, and end every run);
-    ``last_served``: each broker's ``last_served_ms`` before the step (a serve older than that is
-    ignored by the rules and cannot anchor a run)."""
+    checks ask of a response); ``newest_epoch``: the cluster's newest epoch before the step
+    (updates above it may raise it, and end every run); ``last_served``: each broker's
+    ``last_served_ms`` before the step (a serve older than that cannot anchor a run)."""
     n = len(kind)
     skip = np.zeros(n, dtype=bool)
     half = grace_ms // 2
