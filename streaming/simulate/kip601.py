@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import random
 
-JITTER = 0.2
+from streaming.rules.nodes import JITTER_HIGH, JITTER_LOW, setup_timeout_bounds
 
 
 def setup_timeout_ms(failures_before: int, base_ms: int, max_ms: int, rng: random.Random) -> int:
     nominal = base_ms * 2 ** min(failures_before, 40)
-    return min(max_ms, int(nominal * rng.uniform(1 - JITTER, 1 + JITTER)))
+    return min(max_ms, int(nominal * rng.uniform(JITTER_LOW, JITTER_HIGH)))
 
 
 def setup_timeout_range(failures_before: int, base_ms: int, max_ms: int) -> tuple[int, int]:
-    """Inclusive bounds of :func:`setup_timeout_ms` for that many failures before the attempt."""
-    nominal = base_ms * 2 ** min(failures_before, 40)
-    return min(max_ms, int(nominal * (1 - JITTER))), min(max_ms, int(nominal * (1 + JITTER)))
+    """Inclusive bounds of :func:`setup_timeout_ms` for that many failures before the attempt: the
+    rules' bounds (streaming.rules.nodes), truncated to whole milliseconds as the draws are."""
+    low, high = setup_timeout_bounds(failures_before, base_ms, max_ms)
+    return int(low), int(high)
