@@ -74,19 +74,34 @@ class EmbeddedBroker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout_s
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 2000})
         last_error = None
+        # A plain TCP connect until tansu listens: a Kafka client would log every refused
+        # connection as a librdkafka FAIL line, which reads like an error to whoever runs the demo.
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise EmbeddedBrokerError(f"tansu exited with {self._proc.returncode}; log: {self.log_path}")
+            self._check_running()
+            try:
+                socket.create_connection((LOOPBACK, self.port), timeout=1).close()
+                break
+            except OSError as exc:
+                last_error = str(exc)
+                time.sleep(0.05)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 2000})
+        while time.monotonic() < deadline:
+            self._check_running()
             try:
                 admin.list_topics(timeout=2)
                 return
             except Exception as exc:  # KafkaException until the listener answers
-                last_error = exc
+                # the text only: the exception's traceback would keep this frame, and with it the
+                # admin client, alive past the broker's stop (its reconnects log FAIL lines)
+                last_error = str(exc)
                 time.sleep(0.05)
         self.stop()
         raise EmbeddedBrokerError(f"tansu did not answer on {self.bootstrap_servers} within {timeout_s}s: {last_error}")
+
+    def _check_running(self) -> None:
+        if self._proc.poll() is not None:
+            raise EmbeddedBrokerError(f"tansu exited with {self._proc.returncode}; log: {self.log_path}")
 
     def stop(self) -> None:
         if self._proc is None:

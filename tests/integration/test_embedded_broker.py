@@ -1,0 +1,21 @@
+"""The embedded broker (tansu) as the demo and the tests start it."""
+
+import pytest
+
+from streaming.embedded import EmbeddedBroker, create_topics, tansu_binary
+
+pytestmark = pytest.mark.integration
+
+
+def test_waiting_for_a_slow_broker_to_listen_logs_no_kafka_failure(tmp_path, capfd, monkeypatch):
+    """Why: the demo's first lines must not read like errors. A Kafka client probing a broker that
+    does not listen yet logs each refused connection as a librdkafka FAIL line (seen once in a
+    fresh-clone demo), so readiness is first a plain TCP connect. The wrapper delays tansu's start
+    so that the probe always meets refused connections."""
+    slow = tmp_path / "slow-tansu"
+    slow.write_text(f'#!/bin/sh\nsleep 1\nexec "{tansu_binary()}" "$@"\n')
+    slow.chmod(0o755)
+    monkeypatch.setenv("EPOCHWATCH_TANSU_BIN", str(slow))
+    with EmbeddedBroker() as broker:
+        create_topics(broker.bootstrap_servers, {"ready.check": 1})
+    assert "|FAIL|" not in capfd.readouterr().err
