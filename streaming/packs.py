@@ -113,10 +113,7 @@ def unpack(*payloads: bytes) -> list[dict]:
 
 def read_packs(*payloads: bytes) -> pa.Table | None:
     """A key's packs as one Arrow table, in order (None for no packs)."""
-    tables = [pa.ipc.open_stream(payload).read_all() for payload in payloads]
-    if not tables:
-        return None
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    return _one_table([pa.ipc.open_stream(payload).read_all() for payload in payloads])
 
 
 def to_dicts(table: pa.Table | None) -> list[dict]:
@@ -171,10 +168,9 @@ def ready_and_waiting(waiting: pa.Table | None, new: pa.Table | None,
     each in the order the engine applies events: by event time, ties in arrival order (what
     waited first). Both stay Arrow: a key's waiting events are stored as Arrow IPC, and dicts
     are built only for the events applied."""
-    tables = [t for t in (waiting, new) if t is not None and t.num_rows]
-    if not tables:
+    table = _one_table([t for t in (waiting, new) if t is not None and t.num_rows])
+    if table is None:
         return None, None
-    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
     times = table.column("event_time").to_numpy()
     order = np.argsort(times, kind="stable")
     cut = int(np.searchsorted(times[order], horizon, side="right"))
@@ -201,6 +197,11 @@ def from_ipc_chunks(chunks: list[bytes]) -> pa.Table | None:
             tables.append(pa.table({name: [ev.get(name) for ev in events] for name in names}))
         else:
             tables.append(pa.ipc.open_stream(chunk).read_all())
+    return _one_table(tables)
+
+
+def _one_table(tables: list[pa.Table]) -> pa.Table | None:
+    """Tables of one key as one, columns matched by name (a pack leaves out its all-null ones)."""
     if not tables:
         return None
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
