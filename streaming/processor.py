@@ -108,10 +108,10 @@ class EpochwatchProcessor(StatefulProcessor):
         for pdf in rows:
             packs.extend(pdf["payload"])
             clocks.extend(pdf["clock_ms"].dropna())
-        yield _frame(self._handle(key, packs, timerValues, max(clocks, default=None)))
+        yield from _frames(self._handle(key, packs, timerValues, max(clocks, default=None)))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        yield _frame(self._handle(key, [], timerValues))
+        yield from _frames(self._handle(key, [], timerValues))
 
     def _handle(self, key, packs: list[bytes], timerValues, clock_ms: int | None = None) -> list[dict]:
         cluster_id, kind, shard = _grouping_key(key)
@@ -303,9 +303,11 @@ def _put(state, rows: list[tuple]) -> None:
 
 # --- rows in and out ------------------------------------------------------------------------
 
-def _frame(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=OUTPUT_COLUMNS) if rows else pd.DataFrame(
-        {c: pd.Series(dtype="object") for c in OUTPUT_COLUMNS}).astype({"event_time": "int64"})
+def _frames(rows: list[dict]) -> Iterator[pd.DataFrame]:
+    # No frame at all for no rows: most small keys' steps output nothing, and Spark converts
+    # every frame to Arrow on its own.
+    if rows:
+        yield pd.DataFrame(rows, columns=OUTPUT_COLUMNS)
 
 
 def _json(obj) -> str:

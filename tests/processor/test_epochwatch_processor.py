@@ -214,3 +214,19 @@ def test_alerts_and_buffer_are_written_only_when_they_change():
     tester.setWatermark(T0 + 20000)  # the cluster falls silent: the alert is written, the empty buffer not
     assert buffer.writes == 1 and alerts.writes >= 1
     assert {row[0] for row in tester.peekListState("alerts", KEY)} == {"ClusterSilent"}
+
+
+
+def test_a_step_with_nothing_to_report_yields_no_frame():
+    """Why: Spark turns every frame a key yields into Arrow on its own, and most of a batch's small
+    keys (offset commits going forward, a quiet cluster's shards) have nothing to report."""
+    key = ("c1", "commits", 0)
+    commit = {"event_type": "offset_commit", "cluster_id": "c1", "event_time": 1000, "group_id": "g",
+              "topic": "t", "partition": 0, "offset": 5, "metadata_epoch": 3, "client_id": "app-1"}
+    tester = event_time_tester()
+    tester.testInPandas(key, frame([commit, dict(commit, offset=6, event_time=2000)], key))
+    quiet = tester.setWatermark(T0 + 2000)  # both applied: the group moves forward, nothing to say
+    assert quiet.empty and list(quiet.columns) == []  # no frame at all, not an empty one
+    assert tester.peekValueState("commits", key)[0] == 1
+    tester.testInPandas(key, frame([dict(commit, offset=7, event_time=3000, metadata_epoch=2)], key))
+    assert alerts(tester.setWatermark(T0 + 3000)) == [("alert", "OffsetCommitEpochRegression", "firing")]

@@ -71,9 +71,9 @@ def _run(events: list[dict], key: tuple, batch: int, skip: bool, rules: RuleSett
                                   * len(payloads)}).to_pandas()
                 frame["event_time"] = None
                 out = tester.testInPandas(key, frame)
-                rows += out.drop(columns=["raw_key", "raw_value"]).to_dict("records")
+                rows += out.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
         fired = tester.setWatermark(events[-1]["event_time"] + 3_600_000)
-        rows += fired.drop(columns=["raw_key", "raw_value"]).to_dict("records")
+        rows += fired.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
         state = (tester.peekListState("brokers", key), tester.peekValueState("cluster", key),
                  tester.peekListState("alerts", key))
     return [rows, state]
