@@ -21,6 +21,8 @@ DEFAULTS = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
     "spark.ui.showConsoleProgress": "false",
+    # workers import pyspark from the installed package, not Spark's pyspark.zip (udfs.worker_daemon)
+    "spark.python.daemon.module": "udfs.worker_daemon",
     # local mode runs everything in the driver JVM: state values of large micro-batches need room
     "spark.driver.memory": "4g",
 }

@@ -213,7 +213,9 @@ cmd=("${submit:-spark-submit}" --master "$master" --deploy-mode "$deploy_mode" -
   --conf "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled=true"
   --conf "spark.sql.shuffle.partitions=$shuffle_partitions"
   --conf "spark.sql.session.timeZone=UTC"
-  --conf "spark.sql.execution.arrow.pyspark.enabled=true")
+  --conf "spark.sql.execution.arrow.pyspark.enabled=true"
+  # Python workers import the installed pyspark, not Spark's pyspark.zip (udfs/worker_daemon.py)
+  --conf "spark.python.daemon.module=udfs.worker_daemon")
 
 if [ "$kind" = local ]; then
   # one machine: keep the driver (and its UI) on loopback, as `epochwatch run` does by itself

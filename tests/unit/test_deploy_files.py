@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from streaming import config
-from streaming.spark_session import ROCKSDB_PROVIDER
+from streaming.spark_session import DEFAULTS, ROCKSDB_PROVIDER
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -69,6 +69,7 @@ def test_sparkapplication_uses_the_codes_state_store_and_port():
     conf = spec["sparkConf"]
     assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert int(conf["spark.sql.shuffle.partitions"]) >= 1
+    assert conf["spark.python.daemon.module"] == DEFAULTS["spark.python.daemon.module"]
     assert [p["containerPort"] for p in spec["driver"]["ports"]] == [METRICS_PORT]
     service = objects["Service"]
     assert service["spec"]["selector"]["spark-role"] == "driver"
@@ -273,6 +274,7 @@ def test_submit_builds_the_spark_submit_command():
     confs = {words[i + 1].split("=", 1)[0]: words[i + 1].split("=", 1)[1] for i, w in enumerate(words) if w == "--conf"}
     assert confs["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert confs["spark.sql.shuffle.partitions"] == "8"
+    assert confs["spark.python.daemon.module"] == DEFAULTS["spark.python.daemon.module"]
     assert confs["spark.yarn.maxAppAttempts"] == "4" and confs["spark.yarn.am.attemptFailuresValidityInterval"] == "1h"
     assert confs["spark.pyspark.python"] == "./environment/bin/python"
     assert words[words.index("--archives") + 1] == f"{DRIVER_FILE}#environment"

@@ -1,0 +1,20 @@
+"""The session's Python workers run udfs.worker_daemon: pyspark from the installed package."""
+
+
+def test_workers_import_pyspark_from_the_installed_package_not_sparks_zip(spark):
+    """Why: imported from pyspark.zip, every new worker compiles pyspark's modules from source and
+    every task re-reads the zip's directory (seconds at start-up and after each restart)."""
+
+    def where_workers_import_from(rows):  # defined here: workers cannot import this test module
+        import sys
+
+        import pandas as pd
+        import pyspark
+
+        for _ in rows:
+            yield pd.DataFrame({"pyspark": [pyspark.__file__], "zips": [[p for p in sys.path if p.endswith(".zip")]]})
+
+    (row,) = spark.range(1, numPartitions=1).mapInPandas(where_workers_import_from,
+                                                          "pyspark string, zips array<string>").collect()
+    assert ".zip" not in row.pyspark
+    assert not [z for z in row.zips if z.endswith(("pyspark.zip", "-src.zip"))]

@@ -1,0 +1,66 @@
+"""udfs.worker_daemon: which of Spark's zips come off the Python workers' path."""
+
+import sys
+import zipfile
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from udfs.worker_daemon import without_spark_zips
+
+INSTALLED = str(Path(pyspark.__file__).parent.parent)  # site-packages
+SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
+
+
+def spark_zip(tmp_path: Path, name: str, files: dict[str, str]) -> str:
+    lib = tmp_path / "spark" / "python" / "lib"
+    lib.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(lib / name, "w") as z:
+        for member, text in files.items():
+            z.writestr(member, text)
+    return str(lib / name)
+
+
+def same_version_zip(tmp_path: Path, name="pyspark.zip", package="pyspark") -> str:
+    installed = (Path(INSTALLED) / package / "version.py").read_text()
+    return spark_zip(tmp_path, name, {f"{package}/__init__.py": "", f"{package}/version.py": installed})
+
+
+def test_case_1_the_zips_spark_ships_with_the_installed_pyspark_come_off():
+    """Why: this is the layout of every pip-installed PySpark (SPARK_HOME is the package)."""
+    zips = [str(SPARK_LIB / "pyspark.zip"), *map(str, SPARK_LIB.glob("py4j-*-src.zip"))]
+    assert len(zips) == 2
+    assert without_spark_zips(zips + sys.path) == sys.path
+
+
+def test_case_2_a_zip_of_another_release_stays(tmp_path):
+    """Why: a Spark installation whose pyspark differs from the installed package must run its own."""
+    other = spark_zip(tmp_path, "pyspark.zip", {"pyspark/version.py": '__version__: str = "3.5.0"\n'})
+    assert without_spark_zips([other, INSTALLED]) == [other, INSTALLED]
+
+
+def test_case_3_a_zip_without_the_package_installed_elsewhere_stays(tmp_path):
+    """Why: on a node where pyspark exists only in Spark's zip, taking it away breaks every worker."""
+    zipped = same_version_zip(tmp_path)
+    assert without_spark_zips([zipped, str(tmp_path)]) == [zipped, str(tmp_path)]
+
+
+def test_case_4_a_zip_without_a_version_file_stays(tmp_path):
+    """Why: two unknown versions are not the same version."""
+    zipped = spark_zip(tmp_path, "pyspark.zip", {"pyspark/__init__.py": ""})
+    assert without_spark_zips([zipped, INSTALLED]) == [zipped, INSTALLED]
+
+
+@pytest.mark.parametrize("name", ["python311.zip", "deps.zip", "pyspark-extras.zip"])
+def test_case_5_other_zips_stay(tmp_path, name):
+    """Why: the interpreter's own zip and a user's --py-files are none of Spark's."""
+    zipped = same_version_zip(tmp_path, name)
+    assert without_spark_zips([zipped, INSTALLED]) == [zipped, INSTALLED]
+
+
+def test_case_6_py4j_is_matched_on_its_own_version(tmp_path):
+    zipped = same_version_zip(tmp_path, "py4j-0.10.9.9-src.zip", "py4j")
+    assert without_spark_zips([zipped, INSTALLED]) == [INSTALLED]
+    older = spark_zip(tmp_path / "old", "py4j-0.10.9.7-src.zip", {"py4j/version.py": "__version__ = '0.10.9.7'\n"})
+    assert without_spark_zips([older, INSTALLED]) == [older, INSTALLED]
