@@ -29,11 +29,17 @@ def without_redundant_archives(path: list[str]) -> list[str]:
     and less jars that hold no Python module."""
     kept = list(path)
     for entry in path:
-        package = _zipped_package(entry)
-        zipped = package and _zip_version(entry, package)
-        if zipped and _installed_version(package, [p for p in kept if p != entry]) == zipped or _python_free_jar(entry):
+        if _redundant(entry, [p for p in kept if p != entry]):
             kept = [p for p in kept if p != entry]
     return kept
+
+
+def _redundant(entry: str, others: list[str]) -> bool:
+    package = _zipped_package(entry)
+    if package is None:
+        return _python_free_jar(entry)
+    zipped = _zip_version(entry, package)
+    return zipped is not None and _installed_version(package, others) == zipped
 
 
 def _python_free_jar(entry: str) -> bool:
@@ -62,7 +68,7 @@ def _zip_version(entry: str, package: str) -> str | None:
 
 
 def _installed_version(package: str, path: list[str]) -> str | None:
-    spec = PathFinder.find_spec(package, [p for p in path if not p.endswith(".zip")])
+    spec = PathFinder.find_spec(package, [p for p in path if not p.endswith((".zip", ".jar"))])
     if spec is None or not spec.submodule_search_locations:
         return None
     try:
@@ -72,10 +78,10 @@ def _installed_version(package: str, path: list[str]) -> str | None:
 
 
 def main() -> None:
-    dropped = set(sys.path) - set(without_redundant_archives(sys.path))
-    sys.path[:] = [p for p in sys.path if p not in dropped]
-    for entry in dropped:
-        sys.path_importer_cache.pop(entry, None)
+    kept = without_redundant_archives(sys.path)
+    for entry in set(sys.path) - set(kept):
+        sys.path_importer_cache.pop(entry, None)  # or importlib.invalidate_caches() still reads it
+    sys.path[:] = kept
     from pyspark import daemon
 
     daemon.manager()
