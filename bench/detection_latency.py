@@ -52,7 +52,7 @@ def main(argv=None) -> int:
                                           "kafka.startingOffsets": "earliest"})
         settings = dataclasses.replace(settings, checkpoint_location=tempfile.mkdtemp(), trigger_interval=args.trigger)
         create_topics(broker.bootstrap_servers, {settings.kafka.events_topic: 8})
-        spark = build_session("latency", conf={"spark.sql.shuffle.partitions": "4"})
+        spark = build_session("latency")
         writer = KafkaEventWriter(broker.bootstrap_servers, settings.kafka.events_topic, progress=None)
         # metadata.max.age.ms chosen so the fleet's own event rate is close to --rate
         fleet = steady_state(shape=ClusterShape(cluster_id="fleet", brokers=1000, clients=100_000, groups=2000),

@@ -155,7 +155,7 @@ def engine_spark(bootstrap: str, n: int, master: str) -> dict:
     from streaming.simulate import scenario_settings
     from streaming.spark_session import build_session
 
-    spark = build_session("h2h", master=master, conf={"spark.sql.shuffle.partitions": "4"})
+    spark = build_session("h2h", master=master)  # one state partition per core
     emitted: list[tuple[int, float, int]] = []
 
     class Timing:

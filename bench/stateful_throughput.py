@@ -74,7 +74,7 @@ def main(argv=None) -> int:
             detector.feed(events[i:i + args.chunk])
         local_s = time.monotonic() - t
         results["single process (same rules)"] = {"events_per_s": len(events) / local_s, "seconds": local_s}
-        spark = build_session("epochwatch-bench", conf={"spark.sql.shuffle.partitions": "4"})
+        spark = build_session("epochwatch-bench")
         for api in args.apis.split(","):
             print(f"running the {api} API ...", file=sys.stderr)
             query = run_staged(spark, settings, staged, [MemorySink()], str(work / f"ckpt-{api}"), api=api)

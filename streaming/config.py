@@ -207,7 +207,7 @@ def validate(settings: Settings) -> Settings:
     if url and not url.startswith(("http://", "https://")):
         raise ConfigError("sinks.alertmanager.url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
     if r.client_shards < 1:
-        raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (about 4x the shuffle partitions)")
+        raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (at least 4x the shuffle partitions)")
     return settings
 
 

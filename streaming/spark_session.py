@@ -4,6 +4,7 @@ needs it), Python workers on this interpreter, the project's data sources regist
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Mapping
 
@@ -14,6 +15,7 @@ DEFAULTS = {
     # a micro-batch commits a changelog of what changed, not a new snapshot of the whole store
     # (as deploy/spark-submit sets for clusters)
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # a master that is not local[N] and not spark-submit's (which sets executors x cores)
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
@@ -36,14 +38,31 @@ def build_session(app_name: str = "epochwatch", master: str | None = None, conf:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
+    partitions = {}
     if master or not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
-        builder = builder.master(master or os.environ.get("EPOCHWATCH_SPARK_MASTER", "local[2]"))
-    for key, value in {**DEFAULTS, **(conf or {})}.items():
+        master = master or os.environ.get("EPOCHWATCH_SPARK_MASTER", "local[2]")
+        builder = builder.master(master)
+        cores = local_cores(master)
+        partitions = {"spark.sql.shuffle.partitions": str(cores)} if cores else {}
+    for key, value in {**DEFAULTS, **partitions, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("EPOCHWATCH_SPARK_LOG_LEVEL", "ERROR"))
     register_data_sources(spark)
     return spark
+
+
+def local_cores(master: str) -> int | None:
+    """The cores of a local master (None for a cluster's): as many state partitions as that.
+    With more partitions than cores a key's task lands on the other Python worker in most
+    micro-batches (Spark hands out idle workers first in, first out) and the key rebuilds its
+    state every time (docs/operations.md, Sizing)."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if not match:
+        return None
+    if match[1] == "*":
+        return os.cpu_count() or 1
+    return int(match[1] or 1)
 
 
 def register_data_sources(spark) -> None:

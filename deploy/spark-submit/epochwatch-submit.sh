@@ -37,7 +37,7 @@ Options:
   --executor-memory SIZE default 4g (RocksDB state + Python workers)
   --executor-cores N     default 2
   --num-executors N      default 2
-  --shuffle-partitions N state partitions, default 8 (~2x all executor cores). Fixed by the first
+  --shuffle-partitions N state partitions, default executor cores x executors. Fixed by the first
                          run of a checkpoint: changing it later needs a new checkpoint.
   --name NAME            application name, default epochwatch
   --conf KEY=VALUE       any other Spark conf (repeatable), e.g. spark.jars.packages=...
@@ -76,7 +76,7 @@ driver_memory="2g"
 executor_memory="4g"
 executor_cores="2"
 num_executors="2"
-shuffle_partitions="8"
+shuffle_partitions=""
 name="epochwatch"
 shared_mount=false
 dry_run=false
@@ -138,9 +138,11 @@ esac
 for pair in "driver-memory:$driver_memory" "executor-memory:$executor_memory"; do
   [[ "${pair#*:}" =~ ^[0-9]+[kmgtKMGT]?$ ]] || fail "--${pair%%:*} '${pair#*:}' is not a size" "write it like 2g or 4096m"
 done
-for pair in "executor-cores:$executor_cores" "num-executors:$num_executors" "shuffle-partitions:$shuffle_partitions"; do
+for pair in "executor-cores:$executor_cores" "num-executors:$num_executors" "shuffle-partitions:${shuffle_partitions:-1}"; do
   [[ "${pair#*:}" =~ ^[1-9][0-9]*$ ]] || fail "--${pair%%:*} '${pair#*:}' is not a positive whole number" "e.g. --${pair%%:*} 4"
 done
+# one state partition per executor core (docs/operations.md, Sizing)
+shuffle_partitions="${shuffle_partitions:-$((executor_cores * num_executors))}"
 
 case "$master" in
   local*) kind=local ;;

@@ -273,7 +273,7 @@ def test_submit_builds_the_spark_submit_command():
     words = result.stdout.split()
     confs = {words[i + 1].split("=", 1)[0]: words[i + 1].split("=", 1)[1] for i, w in enumerate(words) if w == "--conf"}
     assert confs["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
-    assert confs["spark.sql.shuffle.partitions"] == "8"
+    assert confs["spark.sql.shuffle.partitions"] == "4"  # 2 executors x 2 cores
     assert confs["spark.python.daemon.module"] == DEFAULTS["spark.python.daemon.module"]
     assert confs["spark.yarn.maxAppAttempts"] == "4" and confs["spark.yarn.am.attemptFailuresValidityInterval"] == "1h"
     assert confs["spark.pyspark.python"] == "./environment/bin/python"
@@ -333,3 +333,15 @@ def test_submit_reads_the_environment_and_accepts_mounted_paths():
     main = manifest()["SparkApplication"]["spec"]["mainApplicationFile"]
     assert words[words.index(main):] == [main, "--config", "/etc/epochwatch/epochwatch.yaml",
                                          "--set", "checkpoint_location=/checkpoint/ew"]
+
+
+def test_submit_gives_one_state_partition_per_executor_core_unless_told():
+    """Why: more state partitions than cores move keys between Python workers every micro-batch
+    (each then rebuilds its state); docs/operations.md, Sizing."""
+    def partitions(*extra):
+        result = submit("--dry-run", *YARN, *extra)
+        assert result.returncode == 0, result.stderr
+        return re.search(r"spark\.sql\.shuffle\.partitions=(\d+)", result.stdout)[1]
+
+    assert partitions("--executor-cores", "3", "--num-executors", "5") == "15"
+    assert partitions("--executor-cores", "3", "--shuffle-partitions", "7") == "7"

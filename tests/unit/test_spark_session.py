@@ -1,0 +1,21 @@
+"""streaming.spark_session: one state partition per core of a local master."""
+
+import os
+
+import pytest
+
+from streaming.spark_session import local_cores
+
+
+@pytest.mark.parametrize("master, cores, why", [
+    ("local[2]", 2, "the default: two cores, two state partitions, one Python worker each"),
+    ("local", 1, "Spark's plain local runs one core"),
+    ("local[1]", 1, "one core: one partition, so the only worker keeps every key's state"),
+    ("local[4, 3]", 4, "local[N, maxFailures] counts N cores"),
+    ("local[*]", os.cpu_count(), "every core of the machine"),
+    ("yarn", None, "a cluster: spark-submit sets executors x cores (deploy/spark-submit)"),
+    ("spark://127.0.0.1:7077", None, "a standalone cluster: the same"),
+    ("local-cluster[2,1,1024]", None, "Spark's test cluster has executors, not local cores"),
+])
+def test_local_cores(master, cores, why):
+    assert local_cores(master) == cores, why
