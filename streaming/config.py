@@ -242,7 +242,7 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
     top = {k: _expand_env(v, k) for k, v in raw.items() if k in ("checkpoint_location", "trigger_interval")}
     spark = raw.get("spark", {})
     if not isinstance(spark, Mapping):
-        raise ConfigError("spark", "must be a mapping of Spark conf names to values", "e.g. spark.sql.shuffle.partitions: 8")
+        raise ConfigError("spark", "must be a mapping of Spark conf names to values", "e.g. spark: {spark.sql.shuffle.partitions: 8}")
     return validate(Settings(
         kafka=_build(KafkaSettings, "kafka", raw.get("kafka", {}) or {}),
         rules=_build(RuleSettings, "rules", raw.get("rules", {}) or {}),

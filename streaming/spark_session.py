@@ -15,8 +15,6 @@ DEFAULTS = {
     # a micro-batch commits a changelog of what changed, not a new snapshot of the whole store
     # (as deploy/spark-submit sets for clusters)
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    # a master that is not local[N] and not spark-submit's (which sets executors x cores)
-    "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -42,8 +40,8 @@ def build_session(app_name: str = "epochwatch", master: str | None = None, conf:
     if master or not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
         master = master or os.environ.get("EPOCHWATCH_SPARK_MASTER", "local[2]")
         builder = builder.master(master)
-        cores = local_cores(master)
-        partitions = {"spark.sql.shuffle.partitions": str(cores)} if cores else {}
+        # spark-submit's is left alone: the submit script sets executors x cores
+        partitions = {"spark.sql.shuffle.partitions": str(local_cores(master) or 4)}
     for key, value in {**DEFAULTS, **partitions, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
