@@ -5,7 +5,8 @@ The session is created first from spark-submit's configuration (master, driver h
 given with --conf), so that ``streaming.spark_session.build_session`` reuses it: its defaults
 (local[2], a driver on 127.0.0.1) are for running on one machine, and on a cluster they would
 keep the executors from reaching the driver. Runtime SQL settings (the RocksDB state store
-provider, shuffle partitions, the config file's ``spark:`` section) are still applied to it.
+provider, the config file's ``spark:`` section) are still applied to it; the state partitions
+stay spark-submit's (the submit script sets executors x cores).
 """
 
 from __future__ import annotations
