@@ -40,7 +40,8 @@ def build_session(app_name: str = "epochwatch", master: str | None = None, conf:
     if master or not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
         master = master or os.environ.get("EPOCHWATCH_SPARK_MASTER", "local[2]")
         builder = builder.master(master)
-        # spark-submit's is left alone: the submit script sets executors x cores
+        # one per local core; 4 for a cluster master given here (through spark-submit the submit
+        # script sets executors x cores, and this branch is not taken)
         partitions = {"spark.sql.shuffle.partitions": str(local_cores(master) or 4)}
     for key, value in {**DEFAULTS, **partitions, **(conf or {})}.items():
         builder = builder.config(key, value)

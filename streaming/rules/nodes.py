@@ -14,13 +14,18 @@ MAX_TRACKED_CLIENTS = 1000
 JITTER_LOW, JITTER_HIGH = 0.8, 1.2
 
 
-def setup_timeout_bounds(failures_before: int, base_ms: int, max_ms: int) -> tuple[float, float]:
-    """KIP-601: the n-th consecutive attempt waits min(max, base * 2^(n-1) * U(0.8, 1.2)).
+def nominal_setup_timeout_ms(failures_before: int, base_ms: int) -> int:
+    """KIP-601's timeout before jitter and cap: base * 2^(n-1) for the n-th consecutive attempt.
 
     ``failures_before`` is the number of failures before this attempt (n - 1), as the Java
     client's ClusterConnectionStates passes it to its ExponentialBackoff.
     """
-    nominal = base_ms * (2 ** min(max(failures_before, 0), 40))
+    return base_ms * (2 ** min(max(failures_before, 0), 40))
+
+
+def setup_timeout_bounds(failures_before: int, base_ms: int, max_ms: int) -> tuple[float, float]:
+    """KIP-601: the n-th consecutive attempt waits min(max, base * 2^(n-1) * U(0.8, 1.2))."""
+    nominal = nominal_setup_timeout_ms(failures_before, base_ms)
     return min(max_ms, nominal * JITTER_LOW), min(max_ms, nominal * JITTER_HIGH)
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import random
 
-from streaming.rules.nodes import JITTER_HIGH, JITTER_LOW, setup_timeout_bounds
+from streaming.rules.nodes import JITTER_HIGH, JITTER_LOW, nominal_setup_timeout_ms, setup_timeout_bounds
 
 
 def setup_timeout_ms(failures_before: int, base_ms: int, max_ms: int, rng: random.Random) -> int:
-    nominal = base_ms * 2 ** min(failures_before, 40)
+    nominal = nominal_setup_timeout_ms(failures_before, base_ms)
     return min(max_ms, int(nominal * rng.uniform(JITTER_LOW, JITTER_HIGH)))
 
 
