@@ -36,19 +36,23 @@ def build_session(app_name: str = "epochwatch", master: str | None = None, conf:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    partitions = {}
     if master or not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
         master = master or os.environ.get("EPOCHWATCH_SPARK_MASTER", "local[2]")
         builder = builder.master(master)
-        # one per local core; 4 for a cluster master given here (through spark-submit the submit
-        # script sets executors x cores, and this branch is not taken)
-        partitions = {"spark.sql.shuffle.partitions": str(local_cores(master) or 4)}
-    for key, value in {**DEFAULTS, **partitions, **(conf or {})}.items():
+    for key, value in session_conf(master, conf).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("EPOCHWATCH_SPARK_LOG_LEVEL", "ERROR"))
     register_data_sources(spark)
     return spark
+
+
+def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """DEFAULTS, one state partition per local core, then the caller's ``conf``. ``master`` None:
+    spark-submit's, whose state partitions the submit script sets (executors x cores); a cluster
+    master given here gets 4."""
+    partitions = {} if master is None else {"spark.sql.shuffle.partitions": str(local_cores(master) or 4)}
+    return {**DEFAULTS, **partitions, **(conf or {})}
 
 
 def local_cores(master: str) -> int | None:

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from streaming.spark_session import local_cores
+from streaming.spark_session import local_cores, session_conf
 
 
 @pytest.mark.parametrize("master, cores, why", [
@@ -19,3 +19,14 @@ from streaming.spark_session import local_cores
 ])
 def test_local_cores(master, cores, why):
     assert local_cores(master) == cores, why
+
+
+def test_the_session_gets_one_state_partition_per_local_core_unless_told_otherwise():
+    """Why: more partitions than cores moved every key to the other Python worker each batch."""
+    assert session_conf("local[2]")["spark.sql.shuffle.partitions"] == "2"
+    assert session_conf("local[1]")["spark.sql.shuffle.partitions"] == "1"
+    assert session_conf("yarn")["spark.sql.shuffle.partitions"] == "4"
+    assert "spark.sql.shuffle.partitions" not in session_conf(None)  # spark-submit's stays
+    told = session_conf("local[2]", {"spark.sql.shuffle.partitions": "8"})
+    assert told["spark.sql.shuffle.partitions"] == "8"
+    assert told["spark.python.daemon.module"] == "udfs.worker_daemon"
