@@ -81,7 +81,9 @@ class KeyEngine:
         return cls(kind, cluster_id, shard, settings, TABLES[kind](cluster_id, settings),
                    AlertTracker(cluster_id, settings))
 
-    def step(self, new_events: list[dict], horizon: int) -> StepResult:
+    def step(self, new_events: list[dict], horizon: int, applied: int = 0) -> StepResult:
+        """``applied``: events of this step the caller has already applied from columns (quiet
+        responses, streaming.processor); they count as applied for the evaluation at the horizon."""
         out = StepResult()
         horizon = max(horizon, self.horizon)
         pending = self.buffer + new_events
@@ -93,6 +95,8 @@ class KeyEngine:
         out.late = bisect_left(ready, floor, key=_event_time)
         if isinstance(self.table, BrokerFleet):
             ready = self.table.without_repeated_serves(ready)
+        elif isinstance(self.table, ClientShard):
+            ready = self.table.without_quiet_runs(ready, floor)
         deadline = self._deadline(floor)
         late_changes = False  # late events changed state: evaluate once at `floor`, after the run
         for ev in ready:
@@ -134,7 +138,7 @@ class KeyEngine:
         while deadline is not None and deadline <= horizon:
             self._evaluate(deadline, out)
             deadline = self._deadline(deadline)
-        if self.horizon == NO_TIME or horizon > self.horizon or ready_count:
+        if self.horizon == NO_TIME or horizon > self.horizon or ready_count or applied:
             self._evaluate(horizon, out)
         self.horizon = horizon
         out.deadline = self._deadline(horizon)

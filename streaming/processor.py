@@ -148,9 +148,12 @@ class EpochwatchProcessor(StatefulProcessor):
             horizon = now - offset
         # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
         ready, waiting = ready_and_waiting(stored.waiting, table, max(horizon, engine.horizon))
+        applied = 0
         if kind == "brokers" and ready is not None:
             ready = _without_repeated_serves(engine, ready)
-        result = engine.step(to_dicts(ready), horizon)
+        elif kind == "clients" and ready is not None:
+            ready, applied = _without_quiet_runs(engine, ready)
+        result = engine.step(to_dicts(ready), horizon, applied)
         stored = self._store(engine, kind, stored, waiting)
         deadline = result.deadline
         if waiting is not None:  # wake up when the watermark reaches the first waiting event
@@ -234,25 +237,70 @@ def _without_repeated_serves(engine: KeyEngine, ready: pa.Table) -> pa.Table:
     return ready.filter(pa.array(~skip)) if skip.any() else ready
 
 
+def _without_quiet_runs(engine: KeyEngine, ready: pa.Table) -> tuple[pa.Table | None, int]:
+    """The clients key's ready events less the clients' quiet runs, applied here from Arrow
+    columns (streaming.rules.quiet_responses), and how many events that applied."""
+    columns, client_ids, cluster_ids = _arrow_response_columns(ready)
+    table = engine.table
+    applied = table.apply_quiet_runs(table.quiet_runs(floor=engine.horizon, **columns), client_ids, cluster_ids)
+    if not len(applied):
+        return ready, 0
+    done = np.isin(columns["client"], applied)
+    rest = ready.filter(pa.array(~done)) if not done.all() else None
+    return rest, int(done.sum())
+
+
+def _arrow_response_columns(table: pa.Table) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+    """rules.clients.response_columns, from a pack table."""
+    client, client_ids = _codes(table, "client_id")
+    cluster, cluster_ids = _codes(table, "response_cluster_id")
+    columns = {"response": pc.fill_null(pc.equal(table.column("event_type"), "metadata_response"), False).to_numpy(),
+               "client": client, "time": _ints(table, "event_time", records.NO_TIME),
+               "epoch": _ints(table, "metadata_epoch", -2), "error": _ints(table, "error_code", 0),
+               "broker_count": _ints(table, "broker_count", 0), "cluster": cluster,
+               "usable": _set(table, "cluster_id") & _present(table, "broker_id")}
+    return columns, client_ids, cluster_ids
+
+
 def _arrow_serve_columns(table: pa.Table) -> dict[str, np.ndarray]:
     """rules.brokers.serve_columns, from a pack table (a pack leaves out its all-null columns)."""
-    n, names = table.num_rows, set(table.column_names)
-
-    def ints(name: str, missing: int) -> np.ndarray:
-        if name not in names:
-            return np.full(n, missing, np.int64)
-        return pc.fill_null(table.column(name), missing).to_numpy().astype(np.int64, copy=False)
-
-    def set_(name: str) -> np.ndarray:
-        if name not in names:
-            return np.zeros(n, dtype=bool)
-        return pc.fill_null(pc.greater(pc.utf8_length(table.column(name)), 0), False).to_numpy()
-
     codes = pc.fill_null(pc.add(pc.index_in(table.column("event_type"), value_set=pa.array(served_runs.KIND_NAMES)), 1),
                          served_runs.OTHER)
-    return {"kind": codes.to_numpy().astype(np.int8), "broker": ints("broker_id", -1),
-            "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0), "time": ints("event_time", records.NO_TIME),
-            "usable": set_("client_id") & set_("cluster_id")}
+    return {"kind": codes.to_numpy().astype(np.int8), "broker": _ints(table, "broker_id", -1),
+            "epoch": _ints(table, "metadata_epoch", -2), "error": _ints(table, "error_code", 0),
+            "time": _ints(table, "event_time", records.NO_TIME),
+            "usable": _set(table, "client_id") & _set(table, "cluster_id")}
+
+
+def _ints(table: pa.Table, name: str, missing: int) -> np.ndarray:
+    if name not in table.column_names:
+        return np.full(table.num_rows, missing, np.int64)
+    return pc.fill_null(table.column(name), missing).to_numpy().astype(np.int64, copy=False)
+
+
+def _set(table: pa.Table, name: str) -> np.ndarray:
+    """A non-empty string."""
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, dtype=bool)
+    return pc.fill_null(pc.greater(pc.utf8_length(table.column(name)), 0), False).to_numpy()
+
+
+def _present(table: pa.Table, name: str) -> np.ndarray:
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, dtype=bool)
+    return pc.is_valid(table.column(name)).to_numpy(zero_copy_only=False)
+
+
+def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
+    """A code per row for a string column, -1 where null or empty, and the strings coded."""
+    if name not in table.column_names:
+        return np.full(table.num_rows, -1, np.int64), []
+    column = table.column(name)
+    distinct = pc.unique(column)
+    names = distinct.to_pylist()
+    code_of = np.array([i if v else -1 for i, v in enumerate(names)] + [-1], np.int64)
+    index = pc.fill_null(pc.index_in(column, value_set=distinct), len(names)).to_numpy()
+    return code_of[index], names
 
 
 def _rows(dicts: list[dict]):

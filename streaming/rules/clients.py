@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
+from streaming.rules.quiet_responses import QuietRuns, quiet_runs
 from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after
 
 
@@ -38,6 +41,47 @@ class ClientShard:
         elif kind == "client_rebootstrap":
             self.on_rebootstrap(c, ev, t)
         return first_after(self._client_deadlines(c), t)
+
+    def without_quiet_runs(self, ready: list[dict], floor: int) -> list[dict]:
+        """``ready`` (in the order the engine applies it, nothing of it applied yet; ``floor``: the
+        key's horizon before the step) less the clients' quiet runs, which are applied here
+        (streaming.rules.quiet_responses)."""
+        if not ready:
+            return ready
+        columns, client_ids, cluster_ids = response_columns(ready)
+        applied = self.apply_quiet_runs(self.quiet_runs(floor=floor, **columns), client_ids, cluster_ids)
+        if not len(applied):
+            return ready
+        done = np.isin(columns["client"], applied)
+        return [ev for ev, d in zip(ready, done.tolist()) if not d]
+
+    def quiet_runs(self, **columns) -> QuietRuns:
+        return quiet_runs(**columns, expiry_ms=self.settings.entity_expiry_ms)
+
+    def apply_quiet_runs(self, runs: QuietRuns, client_ids: list[str], cluster_ids: list[str]) -> np.ndarray:
+        """Apply each run whose client record allows it, as its last response; the codes of the
+        clients applied. A client with a failure, stale incident or mismatch open, an accepted
+        epoch above the run's first, another known cluster, or silent for the entity expiry
+        before the run is left to the events one by one."""
+        expiry = self.settings.entity_expiry_ms
+        applied = []
+        for code, last, first_epoch, final_epoch, cluster in zip(
+                *(a.tolist() for a in (runs.client, runs.last_ms, runs.first_epoch, runs.final_epoch, runs.cluster))):
+            client_id, cluster_id = client_ids[code], cluster_ids[cluster] if cluster >= 0 else ""
+            c = self.clients.get(client_id)
+            if c is not None and (c.first_failure_ms != NO_TIME or c.stale_broker_ids or c.mismatch_since_ms != NO_TIME
+                                  or first_epoch < c.accepted_epoch
+                                  or (c.last_event_ms != NO_TIME and last - c.last_event_ms >= expiry)
+                                  or (cluster_id and c.known_cluster_id and cluster_id != c.known_cluster_id)):
+                continue
+            c = self.client(client_id)
+            c.last_event_ms = max(c.last_event_ms, last)
+            c.last_success_ms = max(c.last_success_ms, last)
+            if cluster_id and not c.known_cluster_id:
+                c.known_cluster_id = cluster_id
+            c.accepted_epoch, c.accepted_ms = final_epoch, last
+            applied.append(code)
+        return np.array(applied, np.int64)
 
     def on_response(self, c: ClientRecord, ev: dict, t: int) -> None:
         if ev.get("error_code", 0) != 0 or ev["broker_count"] <= 0:
@@ -154,3 +198,27 @@ class ClientShard:
         overdue = sum(1 for c in self.clients.values()
                       if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= trigger)
         return stale, overdue
+
+
+def response_columns(events: list[dict]) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+    """The columns quiet_responses.quiet_runs reads, from event dicts, with the client ids and
+    response cluster ids their codes stand for."""
+    n = len(events)
+    clients: dict[str, int] = {}
+    clusters: dict[str, int] = {}
+
+    def codes(name: str, table: dict[str, int]) -> np.ndarray:
+        return np.fromiter((table.setdefault(v, len(table)) if (v := ev.get(name)) else -1 for ev in events),
+                           np.int64, n)
+
+    def ints(name: str, missing: int) -> np.ndarray:
+        return np.fromiter((missing if (v := ev.get(name)) is None else v for ev in events), np.int64, n)
+
+    columns = {"response": np.fromiter((ev["event_type"] == "metadata_response" for ev in events), bool, n),
+               "client": codes("client_id", clients), "time": ints("event_time", NO_TIME),
+               "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
+               "broker_count": ints("broker_count", 0), "cluster": codes("response_cluster_id", clusters),
+               # with a client id and time >= 0: what streaming.engine.invalid_reason asks of a response
+               "usable": np.fromiter((bool(ev.get("cluster_id")) and ev.get("broker_id") is not None for ev in events),
+                                     bool, n)}
+    return columns, list(clients), list(clusters)

@@ -1,0 +1,69 @@
+"""Which clients of a clients key only received quiet metadata responses in a step (pure, numpy).
+
+In steady state nearly every event of a clients key is a successful metadata response (error 0,
+brokers listed) at an epoch no older than the client's last one: it moves the client's accepted
+epoch and its times on, and nothing else. No condition, deadline or dirty flag depends on the
+responses in between, so such a run can be applied at once, as its last response
+(ClientShard.apply_quiet_runs), provided that
+
+- every event of the client in the step is one (a failure, a rebootstrap or an error in between
+  would need the order), none is late (older than the key's horizon), the epochs never go down and
+  every cluster id they carry is the same;
+- they span less than the entity expiry, so the engine cannot forget the client in between;
+- the client has no failure, stale incident or cluster-id mismatch open (checked against its
+  record, with the run's first epoch and cluster id: ClientShard.apply_quiet_runs).
+
+tests/unit/rules/test_quiet_responses.py compares every output and the final state with the
+engine applying every event. One function over columns: the Spark processor runs it on Arrow
+before building any dict, the engine on the dicts of a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class QuietRuns:
+    """One entry per client whose step events are all quiet responses (codes as given)."""
+
+    client: np.ndarray
+    last_ms: np.ndarray      # the last response's time (events come in time order)
+    first_epoch: np.ndarray
+    final_epoch: np.ndarray
+    cluster: np.ndarray      # the cluster id code the run carries, -1 for none
+
+
+def quiet_runs(response: np.ndarray, client: np.ndarray, time: np.ndarray, epoch: np.ndarray,
+               error: np.ndarray, broker_count: np.ndarray, cluster: np.ndarray, usable: np.ndarray,
+               floor: int, expiry_ms: int) -> QuietRuns:
+    """Events in the order the engine applies them. ``response``: a metadata_response;
+    ``client``: a code per client id, -1 where empty; ``error`` 0 and ``broker_count`` 0 where
+    missing; ``cluster``: a code per response cluster id, -1 where none or empty; ``usable``:
+    cluster id and broker id are set (with ``time`` >= 0, what the engine's validity checks ask of
+    a response); ``floor``: the key's horizon before the step (older events are late)."""
+    rows = np.flatnonzero(client >= 0)
+    rows = rows[np.argsort(client[rows], kind="stable")]  # each client's events, in step order
+    if not len(rows):
+        return _no_runs()
+    c, t, e, r = client[rows], time[rows], epoch[rows], cluster[rows]
+    quiet = (response & (error == 0) & (broker_count > 0) & (epoch >= 0) & usable & (time >= max(floor, 0)))[rows]
+    same_client = c[1:] == c[:-1]
+    starts = np.flatnonzero(np.r_[True, ~same_client])
+    ends = np.r_[starts[1:], len(rows)] - 1
+    spoiled = ~quiet
+    spoiled[1:] |= same_client & (e[1:] < e[:-1])
+    spoiled = np.logical_or.reduceat(spoiled, starts)
+    cluster_max = np.maximum.reduceat(r, starts)
+    cluster_min = np.minimum.reduceat(np.where(r < 0, np.iinfo(r.dtype).max, r), starts)
+    one_cluster = (cluster_max < 0) | (cluster_min == cluster_max)
+    first_ms, last_ms = np.minimum.reduceat(t, starts), np.maximum.reduceat(t, starts)
+    keep = ~spoiled & one_cluster & (last_ms - first_ms < expiry_ms)
+    return QuietRuns(c[starts][keep], last_ms[keep], e[starts][keep], e[ends][keep], cluster_max[keep])
+
+
+def _no_runs() -> QuietRuns:
+    empty = np.zeros(0, np.int64)
+    return QuietRuns(empty, empty, empty, empty, empty)
