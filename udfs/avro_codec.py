@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import struct
 from functools import cache
 from importlib import resources
@@ -140,18 +141,27 @@ def decode_schemaless(value: bytes | None, event_type: str | None) -> dict:
     return _read(event_type, value, 0)
 
 
+def _message(exc: Exception) -> str:
+    """fastavro names the stream it read by its repr (``<_io.BytesIO object at 0x7f...>``): the
+    same record would get a different reason text in every process."""
+    return _OBJECT_REPR.sub("the record", str(exc))
+
+
+_OBJECT_REPR = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")
+
+
 def _read(event_type: str, value: bytes, offset: int) -> dict:
     stream = io.BytesIO(value)
     stream.seek(offset)
     try:
         record = fastavro.schemaless_reader(stream, events.parsed_schema(event_type), None)
     except (EOFError, StopIteration, struct.error) as exc:
-        raise DecodeError("truncated_avro", f"{event_type}: {type(exc).__name__} {exc}") from None
+        raise DecodeError("truncated_avro", f"{event_type}: {type(exc).__name__} {_message(exc)}") from None
     except IndexError as exc:  # past the end (truncated) or an enum/union index out of range
         reason = "truncated_avro" if stream.tell() >= len(value) else "bad_avro"
         raise DecodeError(reason, f"{event_type}: IndexError {exc}") from None
     except (ValueError, UnicodeDecodeError, TypeError, OverflowError) as exc:
-        raise DecodeError("bad_avro", f"{event_type}: {type(exc).__name__} {exc}") from None
+        raise DecodeError("bad_avro", f"{event_type}: {type(exc).__name__} {_message(exc)}") from None
     if stream.tell() != len(value):
         raise DecodeError("trailing_bytes", f"{event_type}: {len(value) - stream.tell()} bytes after the record")
     for name, low, high in _int_ranges(event_type):
