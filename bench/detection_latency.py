@@ -28,6 +28,7 @@ def main(argv=None) -> int:
     from streaming import config
     from streaming.embedded import EmbeddedBroker, create_topics
     from streaming.job import start
+    from streaming.metrics import input_records
     from streaming.pipeline import PROCESSING_TIME
     from streaming.simulate import ClusterShape, steady_state
     from streaming.simulate.writers import KafkaEventWriter
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
     lat = sorted(emitted[b] - t for b, t in injected.items() if b in emitted)
     missing = len(injected) - len(lat)
     rows = [p for p in progress if p["numInputRows"]]
-    rate = sum(p["numInputRows"] for p in rows) / max(1e-9, sum(p["durationMs"]["triggerExecution"] for p in rows) / 1000)
+    rate = sum(input_records(p)[0] for p in rows) / max(1e-9, sum(p["durationMs"]["triggerExecution"] for p in rows) / 1000)
     pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")
     print(f"\ntarget {args.rate:,} events/s for {args.seconds} s, trigger '{args.trigger}', 1,000 brokers / 100,000 clients")
     print(f"injected {len(injected)} zombie heartbeats, detected {len(lat)}, missing {missing}")

@@ -151,6 +151,7 @@ def engine_spark(bootstrap: str, n: int, master: str) -> dict:
 
     from streaming import config
     from streaming.job import start
+    from streaming.metrics import input_records
     from streaming.pipeline import EVENT_TIME
     from streaming.simulate import scenario_settings
     from streaming.spark_session import build_session
@@ -177,7 +178,7 @@ def engine_spark(bootstrap: str, n: int, master: str) -> dict:
     batch_start = {p["batchId"]: _epoch(p["timestamp"]) for p in query.recentProgress}
     latencies = [t - batch_start[b] for b, t, k in emitted for _ in range(k) if b in batch_start]
     data = [p for p in query.recentProgress if p["numInputRows"]]
-    return {"events": sum(p["numInputRows"] for p in data), "seconds": seconds,
+    return {"events": sum(input_records(p)[0] for p in data), "seconds": seconds,
             "alerts": sum(k for _, _, k in emitted), "latencies": latencies,
             "first_batch_s": data[0]["durationMs"]["triggerExecution"] / 1000 if data else 0}
 

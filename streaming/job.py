@@ -12,12 +12,26 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from streaming.config import Settings
 from streaming.dispatch import Dispatcher, OutputBatch, Sink
-from streaming.pipeline import PROCESSING_TIME, detect
+from streaming.pipeline import PROCESSING_TIME, detect, detect_packs
 
 log = logging.getLogger("epochwatch")
 
 
 def kafka_events(spark, settings: Settings, starting_offsets: str | None = None):
+    """The events topic as one row per decoded record."""
+    return _kafka_reader(spark, settings, starting_offsets).load()
+
+
+def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None):
+    """The events topic as packs (streaming.packs), routed and packed in the source: what the
+    job reads. Progress then counts packs as input rows; records_read() counts the records."""
+    rules = settings.rules
+    return (_kafka_reader(spark, settings, starting_offsets).option("output", "packs")
+            .option("packs.clientShards", str(rules.client_shards))
+            .option("packs.maxFutureMs", str(rules.max_future_ms)).load())
+
+
+def _kafka_reader(spark, settings: Settings, starting_offsets: str | None):
     k = settings.kafka
     reader = (spark.readStream.format("epochwatch-kafka")
               .option("kafka.bootstrap.servers", k.bootstrap_servers)
@@ -33,7 +47,7 @@ def kafka_events(spark, settings: Settings, starting_offsets: str | None = None)
         reader = reader.option(name, value)
     for name, value in k.client.items():
         reader = reader.option(f"kafka.{name}", value)
-    return reader.load()
+    return reader
 
 
 class KafkaOutputSink:
@@ -127,12 +141,12 @@ class ProgressListener(StreamingQueryListener):
             self.metrics.observe_progress(p)
             self.metrics.batch_finished(time.time())
         ops = p.get("stateOperators") or [{}]
-        from streaming.metrics import source_lag
+        from streaming.metrics import input_records, source_lag
 
         lag = sum(source_lag(s) or 0 for s in p.get("sources", []))
         late = self.metrics.late_in_batch(p["batchId"]) if self.metrics is not None else "?"
-        self.emit(f"batch {p['batchId']}: {p['numInputRows']} events, "
-                  f"{p.get('inputRowsPerSecond') or 0:.0f} in/s, {p.get('processedRowsPerSecond') or 0:.0f} done/s, "
+        records, in_rate, done_rate = input_records(p)
+        self.emit(f"batch {p['batchId']}: {records} events, {in_rate:.0f} in/s, {done_rate:.0f} done/s, "
                   f"{p['durationMs'].get('triggerExecution', 0)} ms, lag {lag:.0f}, "
                   f"state rows {ops[0].get('numRowsTotal', 0)}, late {late}")
 
@@ -148,9 +162,11 @@ class ProgressListener(StreamingQueryListener):
 
 def start(spark, settings: Settings, sinks: Iterable[Sink], *, time_mode: str = PROCESSING_TIME,
           available_now: bool = False, events_df=None, query_name: str = "epochwatch"):
-    """Start the detection query; the caller owns the sinks' lifecycle (Dispatcher.close)."""
-    events_df = events_df if events_df is not None else kafka_events(spark, settings)
-    writer = (detect(events_df, settings.rules, time_mode).writeStream
+    """Start the detection query over the events topic, or over ``events_df`` (decoded event rows)
+    if given; the caller owns the sinks' lifecycle (Dispatcher.close)."""
+    output = (detect(events_df, settings.rules, time_mode) if events_df is not None
+              else detect_packs(kafka_packs(spark, settings), settings.rules, time_mode))
+    writer = (output.writeStream
               .foreachBatch(Dispatcher(list(sinks)))
               .option("checkpointLocation", settings.checkpoint_location)
               .queryName(query_name))

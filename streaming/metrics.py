@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from streaming.events import BROKER_STATES
+from streaming.packs import INPUT_METRIC
 
 DEFAULT_PORT = 9464
 BATCH_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
@@ -134,9 +135,10 @@ class Metrics:
         """One StreamingQueryProgress as a dict (``json.loads(query.lastProgress.json)``)."""
         if not progress:
             return
-        self.input_events.inc(max(0, int(progress.get("numInputRows") or 0)))
-        self.input_rate.set(_number(progress.get("inputRowsPerSecond")))
-        self.processed_rate.set(_number(progress.get("processedRowsPerSecond")))
+        records, in_rate, done_rate = input_records(progress)
+        self.input_events.inc(max(0, records))
+        self.input_rate.set(in_rate)
+        self.processed_rate.set(done_rate)
         trigger_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if trigger_ms is not None:
             self.batch_duration.observe(_number(trigger_ms) / 1000)
@@ -263,6 +265,23 @@ class Metrics:
         self._resolved[fp] = None
         while len(self._resolved) > RESOLVED_MEMORY:
             self._resolved.popitem(last=False)
+
+
+def input_records(progress: Mapping) -> tuple[int, float, float]:
+    """(records read, records/s in, records/s processed) of one micro-batch's progress.
+
+    The job's input rows are packs (streaming.packs), many records each: the records come from
+    the pipeline's observed metric, and Spark's row rates are scaled by records per row. A query
+    without that metric is counted by its rows."""
+    rows = int(_number(progress.get("numInputRows")))
+    observed = (progress.get("observedMetrics") or {}).get(INPUT_METRIC)
+    if observed is None:
+        records, scale = rows, 1.0
+    else:
+        records = int(_number(observed["records"]))
+        scale = records / rows if rows else 0.0
+    return (records, _number(progress.get("inputRowsPerSecond")) * scale,
+            _number(progress.get("processedRowsPerSecond")) * scale)
 
 
 def source_lag(source: Mapping) -> float | None:

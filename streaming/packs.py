@@ -7,7 +7,8 @@ pays that cost once for up to a whole Arrow batch of events; the events themselv
 columns (C++), and the processor turns them into dicts as it did from pandas frames.
 
 Packs carry no event time, so Spark never drops one as late: the watermark moves on one *clock*
-row per Arrow batch (kind ``clock``, the batch's newest event time, no events), the same watermark
+row per Arrow batch (kind ``clock``, the batch's newest event time, no events; its ``events``
+counts the batch's records), the same watermark
 as with one row per event. Every pack also carries that newest time (``clock_ms``): in event-time
 mode a key applies its events up to it minus the allowed lateness in the same micro-batch, as the
 single-process detector does, instead of holding the whole batch until the next watermark. Every
@@ -32,6 +33,9 @@ from streaming.routing import route_batch
 
 KEY_COLUMNS = ("cluster_id", "kind", "shard")
 CLOCK_KIND = "clock"
+# The records read per micro-batch, summed from the clock rows (streaming.pipeline.detect_packs)
+# into the progress's observedMetrics: Spark's numInputRows counts packs (streaming.metrics.input_records).
+INPUT_METRIC = "epochwatch_input"
 PACK_SCHEMA = StructType([
     StructField("cluster_id", StringType()),
     StructField("kind", StringType()),
@@ -79,11 +83,15 @@ def route_and_pack(client_shards: int, max_future_ms: int,
 
 
 def _route_and_pack(batches: list[pa.RecordBatch], client_shards: int, max_future_ms: int) -> pa.RecordBatch:
-    return pack(route_batch(pa.Table.from_batches(batches), client_shards, max_future_ms, int(time.time() * 1000)))
+    records = pa.Table.from_batches(batches)
+    return pack(route_batch(records, client_shards, max_future_ms, int(time.time() * 1000)), records.num_rows)
 
 
-def pack(table: pa.Table) -> pa.RecordBatch:
-    """Group the routed rows of one batch by state key, in order of first appearance."""
+def pack(table: pa.Table, records: int = 0) -> pa.RecordBatch:
+    """Group the routed rows of one batch by state key, in order of first appearance. The clock
+    row's ``events`` is ``records``, the number of records the batch was routed from (an event
+    feeding two keys is in two packs): Spark's input rows count packs, this counts records
+    (INPUT_METRIC)."""
     events = _event_columns(table)
     keyed = table.select(list(KEY_COLUMNS)).append_column("_row", pa.array(np.arange(table.num_rows)))
     groups = keyed.group_by(list(KEY_COLUMNS), use_threads=False).aggregate([("_row", "list")])
@@ -99,8 +107,9 @@ def pack(table: pa.Table) -> pa.RecordBatch:
         out["events"].append(len(rows))
         out["payload"].append(_ipc_bytes(_without_empty_columns(events.take(indices))))
         out["clock_ms"].append(clock_ms)
-    if clock_ms is not None:
-        for name, value in zip(_ARROW_SCHEMA.names, ("", CLOCK_KIND, 0, clock_ms * 1000, 0, b"", clock_ms)):
+    if clock_ms is not None or records:
+        clock = ("", CLOCK_KIND, 0, None if clock_ms is None else clock_ms * 1000, records, b"", clock_ms)
+        for name, value in zip(_ARROW_SCHEMA.names, clock):
             out[name].append(value)
     return pa.RecordBatch.from_pydict(out, schema=_ARROW_SCHEMA)
 

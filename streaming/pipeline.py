@@ -8,7 +8,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streaming.config import RuleSettings
-from streaming.packs import KEY_COLUMNS, PACK_SCHEMA, route_and_pack
+from streaming.packs import CLOCK_KIND, INPUT_METRIC, KEY_COLUMNS, PACK_SCHEMA, route_and_pack
 from streaming.processor import EpochwatchProcessor, EpochwatchRowProcessor
 from streaming.state_schema import OUTPUT_SCHEMA
 from udfs.event_columns import DEAD_LETTER_COLUMNS, KAFKA_COLUMNS, decoded_column_names
@@ -18,14 +18,24 @@ PROCESSING_TIME = "ProcessingTime"  # the live job: timers fire on a quiet strea
 
 
 def detect(events: DataFrame, rules: RuleSettings, time_mode: str, api: str = "pandas") -> DataFrame:
-    """``api``: "pandas" (transformWithStateInPandas, the default: measured faster, see
-    bench/RESULTS.md) or "row" (transformWithState)."""
-    if time_mode not in (EVENT_TIME, PROCESSING_TIME):
-        raise ValueError(f"time_mode must be {EVENT_TIME} or {PROCESSING_TIME}, not {time_mode!r}")
+    """Decoded event rows in, output rows out. ``api``: "pandas" (transformWithStateInPandas, the
+    default: measured faster, see bench/RESULTS.md) or "row" (transformWithState)."""
+    return detect_packs(pack_events(events, rules), rules, time_mode, api)
+
+
+def pack_events(events: DataFrame, rules: RuleSettings) -> DataFrame:
+    """Decoded event rows -> packs (streaming.packs). The Kafka source can pack itself
+    (``output=packs``, streaming.job.kafka_packs), which saves a round trip of every event
+    through a Spark row."""
     columns = [*decoded_column_names(), *KAFKA_COLUMNS, *DEAD_LETTER_COLUMNS]
     present = [c for c in dict.fromkeys(columns) if c in events.columns]
-    packs = events.select(*present).mapInArrow(route_and_pack(rules.client_shards, rules.max_future_ms),
-                                               PACK_SCHEMA)
+    return events.select(*present).mapInArrow(route_and_pack(rules.client_shards, rules.max_future_ms), PACK_SCHEMA)
+
+
+def detect_packs(packs: DataFrame, rules: RuleSettings, time_mode: str, api: str = "pandas") -> DataFrame:
+    if time_mode not in (EVENT_TIME, PROCESSING_TIME):
+        raise ValueError(f"time_mode must be {EVENT_TIME} or {PROCESSING_TIME}, not {time_mode!r}")
+    packs = packs.observe(INPUT_METRIC, F.sum(F.when(F.col("kind") == CLOCK_KIND, F.col("events"))).alias("records"))
     if time_mode == EVENT_TIME:
         packs = packs.withWatermark("event_time", f"{rules.allowed_lateness_ms} milliseconds")
     grouped = packs.groupBy(*(F.col(c) for c in KEY_COLUMNS))

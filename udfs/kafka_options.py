@@ -18,6 +18,7 @@ from udfs.kafka_retry import MAX_WAIT_OPTION, RetryPolicy
 from udfs.offsets import OffsetSpecError, StartingOffsets, TopicPartition
 
 DECODE_MODES = ("none", "avro", "avro-schemaless")
+OUTPUT_MODES = ("events", "packs")
 KAFKA_PREFIX = "kafka."
 REGISTRY_PREFIX = "schema.registry."
 
@@ -125,6 +126,7 @@ SOURCE_OPTIONS = (
     "subscribe", "subscribePattern", "assign", "startingOffsets", "maxOffsetsPerTrigger",
     "minPartitions", "failOnDataLoss", "decode", "deadLetterTopic", "kafkaConsumer.pollTimeoutMs",
     "arrowBatchSize", "fetchOffset.retryIntervalMs", "fetchOffset.timeoutMs", MAX_WAIT_OPTION,
+    "output", "packs.clientShards", "packs.maxFutureMs",
 )
 
 
@@ -145,6 +147,9 @@ class SourceOptions:
     poll_timeout_ms: int = 120_000
     arrow_batch_size: int = 20_000
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    output: str = "events"
+    pack_client_shards: int = 16
+    pack_max_future_ms: int = 300_000
 
     @property
     def decoded(self) -> bool:
@@ -198,6 +203,12 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     if dead_letter_topic and not decode.startswith("avro"):
         raise OptionError("deadLetterTopic", "only applies when records are decoded",
                           "set decode=avro or decode=avro-schemaless, or drop deadLetterTopic")
+    output = lowered.get("output", "events").strip().lower()
+    if output not in OUTPUT_MODES:
+        raise OptionError("output", f"{output!r} is not supported", f"use one of {', '.join(OUTPUT_MODES)}")
+    if output == "packs" and not decode.startswith("avro"):
+        raise OptionError("output", "packs are made of decoded events",
+                          "set decode=avro or decode=avro-schemaless, or leave output at events")
     return SourceOptions(
         client=client_settings(options, _SOURCE_OWNED_KAFKA_SETTINGS),
         subscribe=subscribe,
@@ -214,6 +225,9 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         poll_timeout_ms=positive_int(options, "kafkaConsumer.pollTimeoutMs", 120_000),
         arrow_batch_size=positive_int(options, "arrowBatchSize", 20_000),
         retry_policy=_retry_policy(options),
+        output=output,
+        pack_client_shards=positive_int(options, "packs.clientShards", 16),
+        pack_max_future_ms=positive_int(options, "packs.maxFutureMs", 300_000),
     )
 
 

@@ -12,6 +12,13 @@ Options follow Spark's Kafka connector (which needs a jar this deployment cannot
     decode                    none (Spark's Kafka columns) | avro (Confluent wire format, built-in
                               catalog or schema.registry.url) | avro-schemaless (event_type header)
     deadLetterTopic           with decode: produce malformed records there instead of emitting rows
+    output                    events (default: one row per decoded record) | packs (with decode:
+                              the records already routed and packed by state key, the input of
+                              epochwatch's stateful stage, see streaming.packs; saves Spark turning
+                              every event into a row and back into Arrow for the packing step)
+    packs.clientShards        with output=packs: client and consumer-group shards (default 16)
+    packs.maxFutureMs         with output=packs: events further ahead of the clock are dead letters
+                              (default 300000)
     kafkaConsumer.pollTimeoutMs   executors: how long one read waits for a record before it
                               checks the time spent waiting against brokerUnavailable.maxWaitMs
                               (default 120000)
@@ -70,7 +77,12 @@ class KafkaEventSource(DataSource):
         return "epochwatch-kafka"
 
     def schema(self):
-        return event_columns.spark_schema(parse_source_options(self.options).decoded)
+        options = parse_source_options(self.options)
+        if options.output == "packs":
+            from streaming.packs import PACK_SCHEMA
+
+            return PACK_SCHEMA
+        return event_columns.spark_schema(options.decoded)
 
     def streamReader(self, schema) -> "KafkaStreamReader":
         return KafkaStreamReader(parse_source_options(self.options))
@@ -184,13 +196,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             decode_message = record_batches.schemaless_decoder()
         publisher = _dead_letter_publisher(options) if options.dead_letter_topic else None
-        for messages in chunks:
-            batch, dead = record_batches.decoded_batch(messages, decode_message,
-                                                       keep_dead_letters_as_rows=publisher is None)
-            if publisher is not None and dead:
-                publisher.add(dead)
-            if batch is not None:
-                yield batch
+
+        def decoded():
+            for messages in chunks:
+                batch, dead = record_batches.decoded_batch(messages, decode_message,
+                                                           keep_dead_letters_as_rows=publisher is None)
+                if publisher is not None and dead:
+                    publisher.add(dead)
+                if batch is not None:
+                    yield batch
+
+        if options.output == "packs":
+            from streaming.packs import route_and_pack
+
+            yield from route_and_pack(options.pack_client_shards, options.pack_max_future_ms)(decoded())
+        else:
+            yield from decoded()
         if publisher is not None:
             counts: Counter = publisher.flush()
             if counts:

@@ -12,6 +12,7 @@ from streaming.demo import EVENT_PARTITIONS, check_per_cluster, load_events, pla
 from streaming.dispatch import MemorySink
 from streaming.embedded import create_topics
 from streaming.job import KafkaOutputSink, start
+from streaming.metrics import input_records
 from streaming.pipeline import EVENT_TIME
 from streaming.simulate import SCENARIOS
 from streaming.simulate.writers import KafkaEventWriter
@@ -62,5 +63,5 @@ def test_every_alert_record_is_in_the_alerts_topic(scenario_run):
 
 def test_every_event_was_read_once(scenario_run):
     _, _, _, produced, query = scenario_run
-    read = sum(p["numInputRows"] for p in (query.recentProgress or []))
+    read = sum(input_records(p)[0] for p in (query.recentProgress or []))
     assert read == produced

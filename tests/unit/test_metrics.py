@@ -8,7 +8,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streaming.metrics import Metrics, source_lag
+from streaming.metrics import Metrics, input_records, source_lag
+from streaming.packs import INPUT_METRIC
 
 CONTRACT = {  # docs/CONTRACTS.md: metric -> (type, labels)
     "epochwatch_broker_state": ("gauge", {"cluster", "broker_id", "state"}),
@@ -187,6 +188,22 @@ def test_observe_progress():
     assert value(m, "epochwatch_state_rows") == 351
     assert value(m, "epochwatch_late_events_total") == 0  # Spark's late rows are clock rows, not events
     assert value(m, "epochwatch_source_lag_records") == 300
+
+
+def test_input_is_counted_in_records_when_the_rows_are_packs():
+    """Why: the job's input rows are packs of many records (streaming.packs); on-call reads the
+    rates in records, which the pipeline counts in an observed metric."""
+    m = Metrics()
+    packed = {**PROGRESS, "numInputRows": 40, "inputRowsPerSecond": 20.0, "processedRowsPerSecond": 50.0,
+              "observedMetrics": {INPUT_METRIC: {"records": 12_000}}}
+    assert input_records(packed) == (12_000, 6000.0, 15_000.0)
+    m.observe_progress(packed)
+    assert value(m, "epochwatch_input_events_total") == 12_000
+    assert value(m, "epochwatch_input_rows_per_second") == 6000.0
+    assert value(m, "epochwatch_processed_rows_per_second") == 15_000.0
+    empty = {**packed, "numInputRows": 0, "observedMetrics": {INPUT_METRIC: {"records": None}}}
+    assert input_records(empty) == (0, 0.0, 0.0)
+    assert input_records(PROGRESS) == (1200, 600.0, 1500.5), "no observed metric: rows are records"
 
 
 def test_late_events_come_from_the_engines_late_summaries_per_batch():

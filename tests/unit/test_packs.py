@@ -86,7 +86,28 @@ def test_map_in_arrow_function_routes_packs_skips_empty_batches_and_matches_the_
     assert len(out) == 1
     assert out[0].schema.names == PACK_SCHEMA.names
     packs = out[0].to_pylist()
-    assert sorted((p["kind"], p["events"]) for p in packs) == [("brokers", 2), ("clients", 1), (CLOCK_KIND, 0)]
+    # the clock row counts records: the response is in two packs but one record
+    assert sorted((p["kind"], p["events"]) for p in packs) == [("brokers", 2), ("clients", 1), (CLOCK_KIND, 2)]
+
+
+def test_a_batch_of_only_dead_letters_is_counted_by_a_clock_row_without_time():
+    """Why: Spark's input rows are packs; the records a batch read are counted from the clock rows
+    (streaming.metrics.input_records), and undecodable records are records too. Their time is no
+    event time, so that clock row moves no watermark and no key's horizon."""
+    dead = pa.RecordBatch.from_pylist([{"event_type": None, "event_time": None, "cluster_id": None,
+                                        "error_code": None, "metadata_epoch": None, "client_id": None,
+                                        "group_id": None, "kafka_partition": p, "dlq_reason": "bad_magic_byte",
+                                        "dlq_detail": "", "raw_value": b"x"} for p in range(3)],
+                                      schema=pa.schema([("event_type", pa.string()), ("event_time", pa.timestamp("us", "UTC")),
+                                                        ("cluster_id", pa.string()), ("error_code", pa.int32()),
+                                                        ("metadata_epoch", pa.int64()), ("client_id", pa.string()),
+                                                        ("group_id", pa.string()), ("kafka_partition", pa.int32()),
+                                                        ("dlq_reason", pa.string()), ("dlq_detail", pa.string()),
+                                                        ("raw_value", pa.binary())]))
+    (out,) = list(route_and_pack(16, 300_000)([dead]))
+    clock = [p for p in out.to_pylist() if p["kind"] == CLOCK_KIND]
+    assert [(c["events"], c["event_time"], c["clock_ms"]) for c in clock] == [(3, None, None)]
+    assert sum(p["events"] for p in out.to_pylist() if p["kind"] == "dead_letter") == 3
 
 
 def test_a_keys_packs_unpack_together_in_order_whatever_columns_each_kept():
@@ -109,9 +130,9 @@ def test_map_in_arrow_function_gathers_small_input_batches_into_one_pack_per_key
 
     batches = [rows_to_batch([dict(hb(1, 1), event_time=T0 + i)]) for i in range(5)]
     (gathered,) = list(route_and_pack(16, 300_000)(iter(batches)))
-    assert [(p["kind"], p["events"]) for p in gathered.to_pylist()] == [("brokers", 5), (CLOCK_KIND, 0)]
+    assert [(p["kind"], p["events"]) for p in gathered.to_pylist()] == [("brokers", 5), (CLOCK_KIND, 5)]
     bounded = list(route_and_pack(16, 300_000, pack_rows=2)(iter(batches)))
-    assert [sum(p["events"] for p in out.to_pylist()) for out in bounded] == [2, 2, 1]
+    assert [sum(p["events"] for p in out.to_pylist() if p["kind"] == "brokers") for out in bounded] == [2, 2, 1]
 
 
 def _timed(*pairs):

@@ -282,14 +282,12 @@ def job_topics(settings) -> dict[str, int]:
     return {k.events_topic: 2, k.alerts_topic: 1, k.dlq_topic: 1}
 
 
-def kafka_source(spark, settings, *, fail_on_data_loss: bool):
-    """The job's own Kafka source (streaming.job.kafka_events) with kafka.failOnDataLoss set."""
+def with_fail_on_data_loss(settings, fail_on_data_loss: bool):
+    """The settings with kafka.failOnDataLoss set, for the job's own Kafka source."""
     import dataclasses
 
-    from streaming.job import kafka_events
-
     kafka = dataclasses.replace(settings.kafka, fail_on_data_loss=str(fail_on_data_loss).lower())
-    return kafka_events(spark, dataclasses.replace(settings, kafka=kafka))
+    return dataclasses.replace(settings, kafka=kafka)
 
 
 def progresses(query) -> list[dict]:

@@ -15,6 +15,7 @@ from streaming.commands.run import build_sinks
 from streaming.dispatch import Dispatcher, MemorySink
 from streaming.embedded import create_topics
 from streaming.job import ProgressListener, start
+from streaming.metrics import input_records
 from streaming.pipeline import PROCESSING_TIME
 from streaming.sinks.alert_book import BookSettings, alertmanager_payload, latest_alert_states
 from tests.helpers import wait_until
@@ -87,7 +88,7 @@ def test_alertmanager_outage_under_load_backlog_drains_and_final_states_match(
         produced_in_outage = telemetry.produced - produced_before
         assert len(in_outage) >= 3, f"only {len(in_outage)} batches completed in {outage_s:.0f} s of outage"
         lag = metrics.registry.get_sample_value("epochwatch_source_lag_records")
-        read = sum(p["numInputRows"] for p in in_outage)
+        read = sum(input_records(p)[0] for p in in_outage)
         assert lag <= 10 * produced_in_outage / outage_s, f"the job fell behind: {lag:.0f} records of lag"
 
         am.start()

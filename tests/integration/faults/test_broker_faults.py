@@ -22,9 +22,9 @@ from streaming.embedded import create_topics
 from streaming.job import KafkaOutputSink, start
 from streaming.pipeline import PROCESSING_TIME
 from tests.helpers import wait_until
-from tests.integration.faults.support import (LiveTelemetry, broker_pid, firing, job_topics, kafka_source,
+from tests.integration.faults.support import (LiveTelemetry, broker_pid, firing, job_topics,
                                               last_batch_id, live_settings, progress_after, progresses,
-                                              source_end)
+                                              source_end, with_fail_on_data_loss)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -48,9 +48,8 @@ def live_job(own_broker, spark, tmp_path):
         telemetry = LiveTelemetry(own_broker.bootstrap_servers, settings.kafka.events_topic, "fault-cluster",
                                   BROKERS).start()
         memory, kafka_sink = MemorySink(), KafkaOutputSink(output)
-        query = start(spark, settings, [kafka_sink, memory], time_mode=PROCESSING_TIME,
-                      events_df=kafka_source(spark, settings, fail_on_data_loss=fail_on_data_loss),
-                      query_name=f"faults-broker-{tmp_path.name[-10:]}")
+        query = start(spark, with_fail_on_data_loss(settings, fail_on_data_loss), [kafka_sink, memory],
+                      time_mode=PROCESSING_TIME, query_name=f"faults-broker-{tmp_path.name[-10:]}")
         running.append((telemetry, query, kafka_sink))
         wait_until(lambda: (_all_active(memory) and query.lastProgress is not None) or _failed(query),
                    timeout_s=FIRST_BATCH_S, what="the first batch, with every broker ACTIVE")

@@ -155,3 +155,47 @@ def check_dead_letter_topic(bootstrap, dlq, source_topic, produced, reasons) -> 
                                                              str(original.offset)]
         assert int(headers["epochwatch.source.timestamp"]) > 0
         assert letter.value() == original.value
+
+
+def _events_by_key(rows: list[dict]) -> dict:
+    """Every pack's events per state key, as (kafka partition, offset, event fields) in pack
+    order, and the records the clock rows count."""
+    from streaming.packs import CLOCK_KIND, unpack
+
+    by_key: dict = {}
+    records = 0
+    for row in rows:
+        if row["kind"] == CLOCK_KIND:
+            records += row["events"]
+            continue
+        events = unpack(bytes(row["payload"]))
+        assert len(events) == row["events"]
+        by_key.setdefault((row["cluster_id"], row["kind"], row["shard"]), []).extend(
+            sorted((e["kafka_partition"], e["kafka_offset"], tuple(sorted((k, repr(v)) for k, v in e.items())))
+                   for e in events))
+    return {k: sorted(v) for k, v in by_key.items()}, records
+
+
+def test_packs_from_the_source_are_the_packs_of_its_decoded_rows(spark, bootstrap, topic_factory):
+    """Why: the job reads packs straight from the source (output=packs) instead of packing decoded
+    rows in a second step; every state key must get exactly the same events, dead letters
+    included, and the clock rows must count every record read."""
+    from streaming.config import RuleSettings
+    from streaming.pipeline import pack_events
+    from streaming.packs import PACK_SCHEMA
+
+    topic = topic_factory(partitions=4)
+    records, good_events, reasons = flood()
+    produce(bootstrap, topic, records, partitions=4)
+    rules = RuleSettings()
+    common = dict(subscribe=topic, startingOffsets="earliest", decode="avro")
+    packed = kafka_stream(spark, bootstrap, output="packs", packs__clientShards=rules.client_shards,
+                          packs__maxFutureMs=rules.max_future_ms, **common)
+    assert packed.schema == PACK_SCHEMA
+    from_source, _ = run_available_now(packed)
+    from_rows, _ = run_available_now(pack_events(kafka_stream(spark, bootstrap, **common), rules))
+    source_keys, source_records = _events_by_key([dict(zip(packed.columns, r)) for r in from_source.rows])
+    row_keys, row_records = _events_by_key([dict(zip(packed.columns, r)) for r in from_rows.rows])
+    assert source_keys == row_keys
+    assert source_records == row_records == len(records)
+    assert sum(len(v) for k, v in source_keys.items() if k[1] == "dead_letter") == len(reasons)

@@ -42,12 +42,23 @@ def test_kafka_options_pass_through_to_librdkafka_and_keys_are_case_insensitive(
     ({"brokerUnavailable.maxWaitMs": "forever"}, "brokerUnavailable.maxWaitMs", "forever is the default"),
     ({"fetchOffset.retryIntervalMs": "-5"}, "fetchOffset.retryIntervalMs", "must be positive"),
     ({"fetchOffset.numRetries": "3"}, "fetchoffset.numretries", "Spark's retry count: this source waits by time"),
+    ({"output": "rows"}, "output", "events or packs"),
+    ({"output": "packs"}, "output", "packs are made of decoded events"),
+    ({"output": "packs", "decode": "avro", "packs.clientShards": "0"}, "packs.clientShards", "must be positive"),
 ])
 def test_bad_options_name_the_option_and_the_fix(extra, option, why):
     with pytest.raises(OptionError) as err:
         parse_source_options({**BASE, **extra})
     assert err.value.option == option, why
     assert "Fix:" in str(err.value), why
+
+
+def test_packs_take_the_jobs_sharding_and_future_limit():
+    options = parse_source_options({**BASE, "decode": "avro", "output": "packs", "packs.clientShards": "32",
+                                    "packs.maxFutureMs": "60000"})
+    assert (options.output, options.pack_client_shards, options.pack_max_future_ms) == ("packs", 32, 60_000)
+    default = parse_source_options({**BASE, "decode": "avro"})
+    assert (default.output, default.pack_client_shards, default.pack_max_future_ms) == ("events", 16, 300_000)
 
 
 def test_typo_suggests_the_right_name():
