@@ -6,19 +6,15 @@ event one by one."""
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pytest
-from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming import processor
 from streaming.config import RuleSettings
 from streaming.packs import read_packs, ready_and_waiting, to_dicts
-from streaming.processor import EpochwatchProcessor
 from streaming.routing import shard_of
 from streaming.rules.clients import ClientShard, response_columns
 from streaming.simulate import ClusterShape, run_scenario
-from tests.processor.test_epochwatch_processor import pack_time
-from tests.processor.test_served_runs_arrow import packed
+from tests.processor.key_feed import feed_in_batches, packed
 from tests.unit.rules.builders import failed, rebootstrap, response
 
 SHARDS = 16
@@ -56,19 +52,7 @@ def _run(events: list[dict], key: tuple, batch: int, quiet: bool, rules: RuleSet
         if not quiet:
             mp.setattr(processor, "_without_quiet_runs", lambda engine, ready: (ready, 0))
             mp.setattr(ClientShard, "without_quiet_runs", lambda self, ready, floor: ready)
-        tester = TwsTester(EpochwatchProcessor(rules, "EventTime"), timeMode="EventTime",
-                           eventTimeExtractor=pack_time)
-        rows = []
-        for i in range(0, len(events), batch):
-            payloads = packed(events[i:i + batch], key)
-            if payloads:
-                frame = pa.table({"payload": payloads, "clock_ms": [max(e["event_time"] for e in events[:i + batch])]
-                                  * len(payloads)}).to_pandas()
-                frame["event_time"] = None
-                out = tester.testInPandas(key, frame)
-                rows += out.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
-        fired = tester.setWatermark(events[-1]["event_time"] + 3_600_000)
-        rows += fired.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
+        tester, rows = feed_in_batches(events, key, batch, rules)
         state = (tester.peekValueState("clients", key), tester.peekListState("alerts", key))
     return [rows, state]
 

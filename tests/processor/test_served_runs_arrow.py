@@ -4,38 +4,16 @@ reads from dicts, and a brokers key must emit exactly what it emits applying eve
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import numpy as np
-import pyarrow as pa
 import pytest
-from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming import processor
 from streaming.config import RuleSettings
-from streaming.packs import pack, read_packs, ready_and_waiting, to_dicts
-from streaming.processor import EpochwatchProcessor
-from streaming.routing import routes
+from streaming.packs import read_packs, ready_and_waiting, to_dicts
 from streaming.rules.brokers import BrokerFleet, serve_columns
 from streaming.simulate import ClusterShape, run_scenario
-from tests.processor.test_epochwatch_processor import pack_time
+from tests.processor.key_feed import feed_in_batches, packed
 from tests.unit.rules.builders import hb, response, update
-
-
-def packed(events: list[dict], key: tuple) -> list[bytes]:
-    """The payloads Spark would hand the processor for ``key``: events routed there, packed."""
-    rows = []
-    for ev in events:
-        if ev["cluster_id"] != key[0] or key[1:] not in routes(ev, 16):
-            continue
-        rows.append({**ev, "event_time": datetime.fromtimestamp(ev["event_time"] / 1000, timezone.utc),
-                     "event_ms": ev["event_time"], "kind": key[1], "shard": key[2]})
-    if not rows:
-        return []
-    names = list(dict.fromkeys(k for r in rows for k in r))
-    packs = pack(pa.table({k: pa.array([r.get(k) for r in rows]) for k in names}))
-    return [p for p, kind in zip(packs.column("payload").to_pylist(), packs.column("kind").to_pylist())
-            if kind == key[1]]
 
 
 def test_arrow_and_dict_columns_agree():
@@ -61,19 +39,7 @@ def _run(events: list[dict], key: tuple, batch: int, skip: bool, rules: RuleSett
         if not skip:
             mp.setattr(processor, "_without_repeated_serves", lambda engine, ready: ready)
             mp.setattr(BrokerFleet, "without_repeated_serves", lambda self, ready: ready)
-        tester = TwsTester(EpochwatchProcessor(rules, "EventTime"), timeMode="EventTime",
-                           eventTimeExtractor=pack_time)
-        rows = []
-        for i in range(0, len(events), batch):
-            payloads = packed(events[i:i + batch], key)
-            if payloads:
-                frame = pa.table({"payload": payloads, "clock_ms": [max(e["event_time"] for e in events[:i + batch])]
-                                  * len(payloads)}).to_pandas()
-                frame["event_time"] = None
-                out = tester.testInPandas(key, frame)
-                rows += out.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
-        fired = tester.setWatermark(events[-1]["event_time"] + 3_600_000)
-        rows += fired.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
+        tester, rows = feed_in_batches(events, key, batch, rules)
         state = (tester.peekListState("brokers", key), tester.peekValueState("cluster", key),
                  tester.peekListState("alerts", key))
     return [rows, state]

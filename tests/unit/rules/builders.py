@@ -77,3 +77,15 @@ def summary(alerts: list[dict]) -> list[tuple]:
         entity = next((labels[k] for k in ("client_id", "group_id", "node_id", "broker_id") if k in labels), None)
         out.append((a["status"], a["alertname"], entity))
     return out
+
+
+def batchings(cut: int, tail_ms: int):
+    """Steps of ``cut`` events for exactness properties: every other step's horizon 300 ms short
+    of its newest event (some events wait, some come late), then one step ``tail_ms`` past the
+    end with no events (every deadline left fires)."""
+    def batches(events):
+        chunks = [events[i:i + cut] for i in range(0, len(events), cut)]
+        for n, chunk in enumerate(chunks):
+            yield chunk, max(e["event_time"] for e in chunk) - (300 if n % 2 else 0)
+        yield [], max((e["event_time"] for e in events), default=0) + tail_ms
+    return batches

@@ -17,7 +17,7 @@ from streaming.local import detect_all
 from streaming.rules.clients import ClientShard
 from streaming.simulate import SCENARIOS, run_scenario
 from tests.unit.fuzz.event_strategies import examples
-from tests.unit.rules.builders import CLUSTER, failed, rebootstrap, response
+from tests.unit.rules.builders import CLUSTER, batchings, failed, rebootstrap, response
 
 EXPIRY = RuleSettings().entity_expiry_ms
 QUIET = RuleSettings().stale_incident_quiet_ms
@@ -149,20 +149,11 @@ def client_streams(draw):
     return events
 
 
-def _batchings(cut: int):
-    def batches(events):
-        chunks = [events[i:i + cut] for i in range(0, len(events), cut)]
-        for n, chunk in enumerate(chunks):
-            yield chunk, max(e["event_time"] for e in chunk) - (300 if n % 2 else 0)
-        yield [], max((e["event_time"] for e in events), default=0) + 400_000
-    return batches
-
-
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=client_streams(), cut=st.sampled_from([1, 7, 40, 10_000]),
        rule_settings=st.sampled_from([RuleSettings(), TIGHT]))
 def test_the_pass_changes_nothing_the_engine_reports(events, cut, rule_settings):
-    quiet, one_by_one = _run_both(events, _batchings(cut), rule_settings)
+    quiet, one_by_one = _run_both(events, batchings(cut, tail_ms=400_000), rule_settings)
     assert quiet == one_by_one
 
 

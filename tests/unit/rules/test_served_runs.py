@@ -17,7 +17,7 @@ from streaming.local import detect_all
 from streaming.rules.brokers import BrokerFleet
 from streaming.simulate import SCENARIOS, run_scenario
 from tests.unit.fuzz.event_strategies import examples
-from tests.unit.rules.builders import CLUSTER, hb, response, update
+from tests.unit.rules.builders import CLUSTER, batchings, hb, response, update
 
 GRACE = RuleSettings().metadata_lag_grace_ms
 BASE = [hb(0, 1), update(10, 1, 10)]
@@ -150,20 +150,11 @@ def broker_streams(draw):
     return events
 
 
-def _batchings(cut: int):
-    def batches(events):
-        chunks = [events[i:i + cut] for i in range(0, len(events), cut)]
-        for n, chunk in enumerate(chunks):
-            yield chunk, max(e["event_time"] for e in chunk) - (300 if n % 2 else 0)
-        yield [], max((e["event_time"] for e in events), default=0) + 20_000
-    return batches
-
-
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=broker_streams(), cut=st.sampled_from([1, 7, 40, 10_000]),
        rule_settings=st.sampled_from([RuleSettings(), TIGHT]))
 def test_the_filter_changes_nothing_the_engine_reports(events, cut, rule_settings):
-    filtered, unfiltered = _run_both(events, _batchings(cut), rule_settings)
+    filtered, unfiltered = _run_both(events, batchings(cut, tail_ms=20_000), rule_settings)
     assert filtered == unfiltered
 
 

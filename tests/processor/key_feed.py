@@ -1,0 +1,49 @@
+"""Feeding one state key's events to the processor as Spark would: routed, packed, batch by batch
+(TwsTester, EventTime). Shared by the processor tests that compare two runs of a key."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from streaming.config import RuleSettings
+from streaming.packs import pack
+from streaming.processor import EpochwatchProcessor
+from streaming.routing import routes
+from tests.processor.test_epochwatch_processor import pack_time
+
+
+def packed(events: list[dict], key: tuple) -> list[bytes]:
+    """The payloads Spark would hand the processor for ``key``: events routed there, packed."""
+    rows = []
+    for ev in events:
+        if ev["cluster_id"] != key[0] or key[1:] not in routes(ev, 16):
+            continue
+        rows.append({**ev, "event_time": datetime.fromtimestamp(ev["event_time"] / 1000, timezone.utc),
+                     "event_ms": ev["event_time"], "kind": key[1], "shard": key[2]})
+    if not rows:
+        return []
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    packs = pack(pa.table({k: pa.array([r.get(k) for r in rows]) for k in names}))
+    return [p for p, kind in zip(packs.column("payload").to_pylist(), packs.column("kind").to_pylist())
+            if kind == key[1]]
+
+
+def feed_in_batches(events: list[dict], key: tuple, batch: int, rules: RuleSettings) -> tuple[TwsTester, list[dict]]:
+    """Feed ``key`` its events ``batch`` at a time (so events wait in the buffer and some come
+    late), then move the watermark an hour past the end; the tester and every output row."""
+    tester = TwsTester(EpochwatchProcessor(rules, "EventTime"), timeMode="EventTime", eventTimeExtractor=pack_time)
+    rows = []
+    for i in range(0, len(events), batch):
+        payloads = packed(events[i:i + batch], key)
+        if payloads:
+            frame = pa.table({"payload": payloads, "clock_ms": [max(e["event_time"] for e in events[:i + batch])]
+                              * len(payloads)}).to_pandas()
+            frame["event_time"] = None
+            out = tester.testInPandas(key, frame)
+            rows += out.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
+    fired = tester.setWatermark(events[-1]["event_time"] + 3_600_000)
+    rows += fired.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
+    return tester, rows
