@@ -148,9 +148,16 @@ class ClientShard:
             for lst in (c.stale_broker_ids, c.stale_since_ms, c.stale_last_ms, c.stale_counts):
                 del lst[i]
 
+    def _open(self) -> list[ClientRecord]:
+        """The clients with a stale incident, a failure or a cluster-id mismatch open: the only
+        ones with conditions or deadlines (a Python pass over every client is the costly part of
+        an evaluation, and nearly every client has nothing open)."""
+        return [c for c in self.clients.values()
+                if c.stale_broker_ids or c.first_failure_ms != NO_TIME or c.mismatch_since_ms != NO_TIME]
+
     def advance(self, now: int) -> None:
         quiet = self.settings.stale_incident_quiet_ms
-        for c in self.clients.values():
+        for c in [c for c in self.clients.values() if c.stale_broker_ids]:
             for i in reversed(range(len(c.stale_broker_ids))):
                 if now - c.stale_last_ms[i] >= quiet:
                     for lst in (c.stale_broker_ids, c.stale_since_ms, c.stale_last_ms, c.stale_counts):
@@ -159,7 +166,7 @@ class ClientShard:
     def conditions(self, now: int) -> list[Condition]:
         s = self.settings
         found = []
-        for c in self.clients.values():
+        for c in self._open():
             for bid, since, count in zip(c.stale_broker_ids, c.stale_since_ms, c.stale_counts):
                 found.append(condition("StaleMetadataResponse", since,
                                        f"{count} response(s) older than accepted epoch {c.accepted_epoch}",
@@ -175,11 +182,7 @@ class ClientShard:
         return found
 
     def next_deadline(self, now: int) -> int | None:
-        s = self.settings
-        times = []
-        for c in self.clients.values():
-            times.extend(self._client_deadlines(c))
-        return first_after(times, now)
+        return first_after([t for c in self._open() for t in self._client_deadlines(c)], now)
 
     def _client_deadlines(self, c: ClientRecord) -> list[int]:
         s = self.settings
@@ -194,9 +197,9 @@ class ClientShard:
     def summary(self, now: int) -> tuple[int, int]:
         """(clients with an open stale incident, clients past the rebootstrap trigger)."""
         trigger = self.settings.rebootstrap_trigger_ms
-        stale = sum(1 for c in self.clients.values() if c.stale_broker_ids)
-        overdue = sum(1 for c in self.clients.values()
-                      if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= trigger)
+        open_ = self._open()
+        stale = sum(1 for c in open_ if c.stale_broker_ids)
+        overdue = sum(1 for c in open_ if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= trigger)
         return stale, overdue
 
 
