@@ -24,7 +24,8 @@ def kafka_events(spark, settings: Settings, starting_offsets: str | None = None)
 
 def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None):
     """The events topic as packs (streaming.packs), routed and packed in the source: what the
-    job reads. Progress then counts packs as input rows; records_read() counts the records."""
+    job reads. Progress then counts packs as input rows; streaming.metrics.input_records counts
+    the records."""
     rules = settings.rules
     return (_kafka_reader(spark, settings, starting_offsets).option("output", "packs")
             .option("packs.clientShards", str(rules.client_shards))

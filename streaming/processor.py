@@ -26,18 +26,18 @@ import random
 from dataclasses import dataclass
 from typing import Iterator
 
-import numpy as np
 import orjson
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
+from streaming import column_passes
 from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
 from streaming.engine import KeyEngine
 from streaming.packs import CLOCK_KIND, from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
-from streaming.rules import records, served_runs
+from streaming.rules import records
 from streaming.state_schema import (ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA,
                                     schema_of)
 
@@ -150,9 +150,9 @@ class EpochwatchProcessor(StatefulProcessor):
         ready, waiting = ready_and_waiting(stored.waiting, table, max(horizon, engine.horizon))
         applied = 0
         if kind == "brokers" and ready is not None:
-            ready = _without_repeated_serves(engine, ready)
+            ready = column_passes.without_repeated_serves(engine, ready)
         elif kind == "clients" and ready is not None:
-            ready, applied = _without_quiet_runs(engine, ready)
+            ready, applied = column_passes.without_quiet_runs(engine, ready)
         result = engine.step(to_dicts(ready), horizon, applied)
         stored = self._store(engine, kind, stored, waiting)
         deadline = result.deadline
@@ -225,82 +225,6 @@ class EpochwatchRowProcessor(EpochwatchProcessor):
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
         yield from _rows(self._handle(key, [], timerValues))
-
-
-def _without_repeated_serves(engine: KeyEngine, ready: pa.Table) -> pa.Table:
-    """The brokers key's ready events less the serves that cannot change anything
-    (streaming.rules.served_runs), found on Arrow columns before any dict is built: most of the
-    key's events are such serves. ``ready`` is what the engine applies in this step, in its order."""
-    columns = _arrow_serve_columns(ready)
-    # late events are left to the engine's own pass, which counts them first
-    skip = engine.table.repeated_serves(**columns) & (columns["time"] >= engine.horizon)
-    return ready.filter(pa.array(~skip)) if skip.any() else ready
-
-
-def _without_quiet_runs(engine: KeyEngine, ready: pa.Table) -> tuple[pa.Table | None, int]:
-    """The clients key's ready events less the clients' quiet runs, applied here from Arrow
-    columns (streaming.rules.quiet_responses), and how many events that applied."""
-    columns, client_ids, cluster_ids = _arrow_response_columns(ready)
-    table = engine.table
-    applied = table.apply_quiet_runs(table.quiet_runs(floor=engine.horizon, **columns), client_ids, cluster_ids)
-    if not len(applied):
-        return ready, 0
-    done = np.isin(columns["client"], applied)
-    rest = ready.filter(pa.array(~done)) if not done.all() else None
-    return rest, int(done.sum())
-
-
-def _arrow_response_columns(table: pa.Table) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
-    """rules.clients.response_columns, from a pack table."""
-    client, client_ids = _codes(table, "client_id")
-    cluster, cluster_ids = _codes(table, "response_cluster_id")
-    columns = {"response": pc.fill_null(pc.equal(table.column("event_type"), "metadata_response"), False).to_numpy(),
-               "client": client, "time": _ints(table, "event_time", records.NO_TIME),
-               "epoch": _ints(table, "metadata_epoch", -2), "error": _ints(table, "error_code", 0),
-               "broker_count": _ints(table, "broker_count", 0), "cluster": cluster,
-               "usable": _set(table, "cluster_id") & _present(table, "broker_id")}
-    return columns, client_ids, cluster_ids
-
-
-def _arrow_serve_columns(table: pa.Table) -> dict[str, np.ndarray]:
-    """rules.brokers.serve_columns, from a pack table (a pack leaves out its all-null columns)."""
-    codes = pc.fill_null(pc.add(pc.index_in(table.column("event_type"), value_set=pa.array(served_runs.KIND_NAMES)), 1),
-                         served_runs.OTHER)
-    return {"kind": codes.to_numpy().astype(np.int8), "broker": _ints(table, "broker_id", -1),
-            "epoch": _ints(table, "metadata_epoch", -2), "error": _ints(table, "error_code", 0),
-            "time": _ints(table, "event_time", records.NO_TIME),
-            "usable": _set(table, "client_id") & _set(table, "cluster_id")}
-
-
-def _ints(table: pa.Table, name: str, missing: int) -> np.ndarray:
-    if name not in table.column_names:
-        return np.full(table.num_rows, missing, np.int64)
-    return pc.fill_null(table.column(name), missing).to_numpy().astype(np.int64, copy=False)
-
-
-def _set(table: pa.Table, name: str) -> np.ndarray:
-    """A non-empty string."""
-    if name not in table.column_names:
-        return np.zeros(table.num_rows, dtype=bool)
-    return pc.fill_null(pc.greater(pc.utf8_length(table.column(name)), 0), False).to_numpy()
-
-
-def _present(table: pa.Table, name: str) -> np.ndarray:
-    if name not in table.column_names:
-        return np.zeros(table.num_rows, dtype=bool)
-    return pc.is_valid(table.column(name)).to_numpy(zero_copy_only=False)
-
-
-def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
-    """A code per row for a string column, -1 where null or empty, and the strings coded."""
-    if name not in table.column_names:
-        return np.full(table.num_rows, -1, np.int64), []
-    column = table.column(name)
-    distinct = pc.unique(column)
-    names = distinct.to_pylist()
-    code_of = np.array([i if v else -1 for i, v in enumerate(names)] + [-1], np.int64)
-    index = pc.fill_null(pc.index_in(column, value_set=distinct), len(names)).to_numpy()
-    return code_of[index], names
 
 
 def _rows(dicts: list[dict]):

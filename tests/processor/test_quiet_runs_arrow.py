@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streaming import processor
+from streaming import column_passes
 from streaming.config import RuleSettings
+from streaming.engine import KeyEngine
 from streaming.packs import read_packs, ready_and_waiting, to_dicts
 from streaming.routing import shard_of
 from streaming.rules.clients import ClientShard, response_columns
@@ -38,7 +39,7 @@ def test_arrow_and_dict_columns_agree():
     second = [failed(50, "a"), rebootstrap(60, "b", after="kc-2")]
     key = ("c1", "clients", 0)
     table = read_packs(*packed(first, key), *packed(second, key))
-    from_arrow = _named(*processor._arrow_response_columns(table))
+    from_arrow = _named(*column_passes.response_columns(table))
     from_dicts = _named(*response_columns(to_dicts(table)))
     assert from_arrow.keys() == from_dicts.keys()
     for name in from_dicts:
@@ -50,7 +51,7 @@ def _run(events: list[dict], key: tuple, batch: int, quiet: bool, rules: RuleSet
     late); every output row and the final state."""
     with pytest.MonkeyPatch.context() as mp:
         if not quiet:
-            mp.setattr(processor, "_without_quiet_runs", lambda engine, ready: (ready, 0))
+            mp.setattr(column_passes, "without_quiet_runs", lambda engine, ready: (ready, 0))
             mp.setattr(ClientShard, "without_quiet_runs", lambda self, ready, floor: ready)
         tester, rows = feed_in_batches(events, key, batch, rules)
         state = (tester.peekValueState("clients", key), tester.peekListState("alerts", key))
@@ -78,11 +79,11 @@ def test_a_clients_key_emits_the_same_with_and_without_the_pass(name):
 def _one_by_one(waited: list[dict], arrived: list[dict], horizon: int) -> list[int]:
     """Times of the events the early pass leaves for the engine, as the processor calls it: what
     waited and what arrived, split at the horizon (streaming.packs.ready_and_waiting)."""
-    engine = processor.KeyEngine.new("clients", "c1", 0, RuleSettings())
+    engine = KeyEngine.new("clients", "c1", 0, RuleSettings())
     key = ("c1", "clients", 0)
     waiting = read_packs(*packed(waited, key)) if waited else None
     ready, _ = ready_and_waiting(waiting, read_packs(*packed(arrived, key)), horizon)
-    rest, applied = processor._without_quiet_runs(engine, ready)
+    rest, applied = column_passes.without_quiet_runs(engine, ready)
     kept = [] if rest is None else rest.column("event_time").to_pylist()
     assert applied + len(kept) == ready.num_rows
     return kept

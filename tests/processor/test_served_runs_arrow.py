@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streaming import processor
+from streaming import column_passes
 from streaming.config import RuleSettings
+from streaming.engine import KeyEngine
 from streaming.packs import read_packs, ready_and_waiting, to_dicts
 from streaming.rules.brokers import BrokerFleet, serve_columns
 from streaming.simulate import ClusterShape, run_scenario
@@ -25,7 +26,7 @@ def test_arrow_and_dict_columns_agree():
     second = [hb(60, 2, current="INACTIVE")]
     payloads = packed(first, ("c1", "brokers", 0)) + packed(second, ("c1", "brokers", 0))
     table = read_packs(*payloads)
-    from_arrow = processor._arrow_serve_columns(table)
+    from_arrow = column_passes.serve_columns(table)
     from_dicts = serve_columns(to_dicts(table))
     assert from_arrow.keys() == from_dicts.keys()
     for name in from_dicts:
@@ -37,7 +38,7 @@ def _run(events: list[dict], key: tuple, batch: int, skip: bool, rules: RuleSett
     late); every output row and the final state."""
     with pytest.MonkeyPatch.context() as mp:
         if not skip:
-            mp.setattr(processor, "_without_repeated_serves", lambda engine, ready: ready)
+            mp.setattr(column_passes, "without_repeated_serves", lambda engine, ready: ready)
             mp.setattr(BrokerFleet, "without_repeated_serves", lambda self, ready: ready)
         tester, rows = feed_in_batches(events, key, batch, rules)
         state = (tester.peekListState("brokers", key), tester.peekValueState("cluster", key),
@@ -64,12 +65,12 @@ def test_a_brokers_key_emits_the_same_with_and_without_skipping(name):
 def _kept_times(waited: list[dict], arrived: list[dict], horizon: int) -> list[int]:
     """Times of the serves the early pass leaves for the engine, as the processor calls it: what
     waited and what arrived, split at the horizon (streaming.packs.ready_and_waiting)."""
-    engine = processor.KeyEngine.new("brokers", "c1", 0, RuleSettings())
+    engine = KeyEngine.new("brokers", "c1", 0, RuleSettings())
     engine.step([hb(0, 1), update(10, 1, 10)], 10)
     key = ("c1", "brokers", 0)
     waiting = read_packs(*packed(waited, key)) if waited else None
     ready, _ = ready_and_waiting(waiting, read_packs(*packed(arrived, key)), horizon)
-    kept = processor._without_repeated_serves(engine, ready)
+    kept = column_passes.without_repeated_serves(engine, ready)
     return [t for t, kind in zip(kept.column("event_time").to_pylist(), kept.column("event_type").to_pylist())
             if kind == "metadata_response"]
 
