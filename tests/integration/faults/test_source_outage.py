@@ -181,6 +181,11 @@ def test_live_query_rides_out_an_outage_then_stops_at_once_during_another(own_br
              .trigger(processingTime="500 milliseconds").queryName(f"outage-{tmp_path.name[-10:]}").start())
     try:
         wait_until(lambda: _alive(query) and delivered.seen, timeout_s=FIRST_BATCH_S, what="a first batch with rows")
+        # Between two batches, so that the outage meets the planner: paused while a batch runs,
+        # the executors' reads wait it out instead ("Processing new data"), also without a batch
+        # planned on no data, but not what this test is about.
+        wait_until(lambda: _alive(query) and query.status["message"] == "Waiting for next trigger", timeout_s=30,
+                   interval_s=0.01, what="the query between two batches")
 
         with unreachable(own_broker) as paused:
             before = _batch_id(query)
