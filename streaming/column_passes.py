@@ -27,12 +27,9 @@ def without_repeated_serves(engine: KeyEngine, ready: pa.Table) -> pa.Table:
 def without_quiet_runs(engine: KeyEngine, ready: pa.Table) -> tuple[pa.Table | None, int]:
     """The clients key's ready events less the clients' quiet runs, applied here from Arrow
     columns (streaming.rules.quiet_responses), and how many events that applied."""
-    columns, client_ids, cluster_ids = response_columns(ready)
-    table = engine.table
-    applied = table.apply_quiet_runs(table.quiet_runs(floor=engine.horizon, **columns), client_ids, cluster_ids)
-    if not len(applied):
+    done = engine.table.apply_quiet_responses(*response_columns(ready), floor=engine.horizon)
+    if not done.any():
         return ready, 0
-    done = np.isin(columns["client"], applied)
     rest = ready.filter(pa.array(~done)) if not done.all() else None
     return rest, int(done.sum())
 

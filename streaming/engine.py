@@ -81,9 +81,10 @@ class KeyEngine:
         return cls(kind, cluster_id, shard, settings, TABLES[kind](cluster_id, settings),
                    AlertTracker(cluster_id, settings))
 
-    def step(self, new_events: list[dict], horizon: int, applied: int = 0) -> StepResult:
-        """``applied``: events of this step the caller has already applied from columns (quiet
-        responses, streaming.processor); they count as applied for the evaluation at the horizon."""
+    def step(self, new_events: list[dict], horizon: int, applied: int | None = None) -> StepResult:
+        """``applied``: None, and the engine runs the passes that skip repeated serves and apply
+        quiet responses on the events' dicts; a count, and the caller ran them on the events'
+        columns before building the dicts (streaming.column_passes) and applied that many events."""
         out = StepResult()
         horizon = max(horizon, self.horizon)
         pending = self.buffer + new_events
@@ -93,9 +94,9 @@ class KeyEngine:
         floor = self.horizon  # evaluations never go back in time
         # events before `floor` arrived after we evaluated their time: applied now, and counted
         out.late = bisect_left(ready, floor, key=_event_time)
-        if isinstance(self.table, BrokerFleet):
+        if applied is None and isinstance(self.table, BrokerFleet):
             ready = self.table.without_repeated_serves(ready)
-        elif isinstance(self.table, ClientShard):
+        elif applied is None and isinstance(self.table, ClientShard):
             ready = self.table.without_quiet_runs(ready, floor)
         deadline = self._deadline(floor)
         late_changes = False  # late events changed state: evaluate once at `floor`, after the run

@@ -148,10 +148,13 @@ class EpochwatchProcessor(StatefulProcessor):
             horizon = now - offset
         # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
         ready, waiting = ready_and_waiting(stored.waiting, table, max(horizon, engine.horizon))
-        applied = 0
+        # None: the engine runs its own pass on the dicts too; for brokers that pass also skips
+        # late serves (this one leaves them: the engine counts late events first)
+        applied = None
         if kind == "brokers" and ready is not None:
             ready = column_passes.without_repeated_serves(engine, ready)
         elif kind == "clients" and ready is not None:
+            # the same rule as the engine's pass (late events are no quiet runs): nothing left for it
             ready, applied = column_passes.without_quiet_runs(engine, ready)
         result = engine.step(to_dicts(ready), horizon, applied)
         stored = self._store(engine, kind, stored, waiting)

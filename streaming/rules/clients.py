@@ -48,15 +48,15 @@ class ClientShard:
         (streaming.rules.quiet_responses)."""
         if not ready:
             return ready
-        columns, client_ids, cluster_ids = response_columns(ready)
-        applied = self.apply_quiet_runs(self.quiet_runs(floor=floor, **columns), client_ids, cluster_ids)
-        if not len(applied):
-            return ready
-        done = np.isin(columns["client"], applied)
-        return [ev for ev, d in zip(ready, done.tolist()) if not d]
+        done = self.apply_quiet_responses(*response_columns(ready), floor=floor)
+        return [ev for ev, d in zip(ready, done.tolist()) if not d] if done.any() else ready
 
-    def quiet_runs(self, **columns) -> QuietRuns:
-        return quiet_runs(**columns, expiry_ms=self.settings.entity_expiry_ms)
+    def apply_quiet_responses(self, columns: dict[str, np.ndarray], client_ids: list[str], cluster_ids: list[str],
+                              floor: int) -> np.ndarray:
+        """Apply the quiet runs of a step's events, given as columns (response_columns, or the
+        processor's from Arrow: streaming.column_passes); a mask of the events applied."""
+        runs = quiet_runs(**columns, floor=floor, expiry_ms=self.settings.entity_expiry_ms)
+        return np.isin(columns["client"], self.apply_quiet_runs(runs, client_ids, cluster_ids))
 
     def apply_quiet_runs(self, runs: QuietRuns, client_ids: list[str], cluster_ids: list[str]) -> np.ndarray:
         """Apply each run whose client record allows it, as its last response; the codes of the
