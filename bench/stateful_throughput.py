@@ -114,8 +114,11 @@ def main(argv=None) -> int:
             seen = len(stage_seconds(event_log))
             query = run_staged(spark, settings, staged, [MemorySink()], str(work / f"ckpt-{api}"), api=api)
             results[f"Spark transformWithState, {api} API"] = progress_figures(query)
-            time.sleep(1)  # the event log is written by a listener thread
-            stage = stateful_stage_figures(query, stage_seconds(event_log)[seen:])
+            # a listener thread writes the event log: wait (10 s at most) until it has every batch
+            deadline = time.monotonic() + 10
+            while not (stage := stateful_stage_figures(query, stage_seconds(event_log)[seen:])) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.1)
             if stage:
                 results[f"  its stateful stage alone ({api})"] = stage
     finally:
