@@ -166,7 +166,10 @@ class ClientShard:
     def conditions(self, now: int) -> list[Condition]:
         s = self.settings
         found = []
-        for c in self._open():
+        # by client id, not by when each client was first seen: the quiet-run pass creates clients
+        # in another order than applying event by event, and the alerts of one evaluation must
+        # come out in the same order either way
+        for c in sorted(self._open(), key=_client_id):
             for bid, since, count in zip(c.stale_broker_ids, c.stale_since_ms, c.stale_counts):
                 found.append(condition("StaleMetadataResponse", since,
                                        f"{count} response(s) older than accepted epoch {c.accepted_epoch}",
@@ -225,3 +228,7 @@ def response_columns(events: list[dict]) -> tuple[dict[str, np.ndarray], list[st
                "usable": np.fromiter((bool(ev.get("cluster_id")) and ev.get("broker_id") is not None for ev in events),
                                      bool, n)}
     return columns, list(clients), list(clusters)
+
+
+def _client_id(c: ClientRecord) -> str:
+    return c.client_id
