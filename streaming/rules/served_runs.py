@@ -10,6 +10,11 @@ and the serves kept around it are less than the grace apart: no condition, deadl
 can tell the difference (tests/unit/rules/test_served_runs.py compares every output and the final
 state with the engine applying every event).
 
+The broker's own heartbeats end its run only while it serves an epoch behind the cluster's
+newest: a heartbeat can restart a lagging broker's lag clock or take it out of serving, and
+``last_served_ms`` then counts. A broker serving the newest epoch is behind on nothing, so nothing
+reads that time (a broker heartbeats every 2 s: ending runs there kept ~20x more serves).
+
 Kept in each run: its first and last serve, and the first and last serve of every half-grace
 bucket of time, so that consecutive kept serves are always less than the grace apart.
 
@@ -46,19 +51,26 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
         brokers, where = np.unique(broker, return_inverse=True)
         known = np.array([last_served.get(b, -1) for b in brokers.tolist()], np.int64)[where]
         serve &= time >= known  # older than the broker's last serve: cannot anchor a run
-    ends_run = ((kind == HEARTBEAT) | (kind == UPDATE)) & (broker >= 0)  # that broker may change
+    heartbeat = (kind == HEARTBEAT) & (broker >= 0)
+    update = (kind == UPDATE) & (broker >= 0)  # that broker's applied epoch may change
     segment = np.cumsum((kind == UPDATE) & (epoch > newest_epoch))  # may raise the newest epoch
+    # within a segment the newest epoch is at most this (updates that would raise it start the next)
+    newest = np.maximum.accumulate(np.where(kind == UPDATE, epoch, newest_epoch))
     # a response that is no plain serve (an error, epoch -1, too old) ends the run too: rare, and
     # on_served_epoch still compares such a broker against the newest epoch
-    rows = np.flatnonzero(ends_run | ((kind == RESPONSE) & (broker >= 0)))
+    rows = np.flatnonzero(heartbeat | update | ((kind == RESPONSE) & (broker >= 0)))
     if len(rows) < 3:
         return skip
     rows = rows[np.lexsort((rows, broker[rows]))]  # each broker's events, in step order
+    beats = np.cumsum(heartbeat[rows])  # differs between two rows of a broker with its heartbeat between
+    rows, beats = rows[~heartbeat[rows]], beats[~heartbeat[rows]]
     b, member = broker[rows], serve[rows]
+    behind = epoch[rows] < newest[rows]
     # linked[j]: rows[j-1] and rows[j] are serves of one run
     linked = np.zeros(len(rows) + 1, dtype=bool)
     linked[1:-1] = ((b[1:] == b[:-1]) & member[1:] & member[:-1]
-                    & (epoch[rows][1:] == epoch[rows][:-1]) & (segment[rows][1:] == segment[rows][:-1]))
+                    & (epoch[rows][1:] == epoch[rows][:-1]) & (segment[rows][1:] == segment[rows][:-1])
+                    & ((beats[1:] == beats[:-1]) | ~behind[1:]))
     bucket = time[rows] // half
     same_bucket_before = np.zeros(len(rows), dtype=bool)
     same_bucket_before[1:] = bucket[1:] == bucket[:-1]

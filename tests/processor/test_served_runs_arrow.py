@@ -85,8 +85,8 @@ def test_the_early_pass_skips_most_of_a_run():
 
 def test_the_early_pass_sees_the_waiting_events_between_the_new_ones():
     """Why: events that waited are applied in this step too, in time order among the new ones: a
-    waiting heartbeat of the broker inside a run of new serves ends that run."""
-    assert _kept_times([hb(2550, 1)], SERVES, horizon=10_000) == [100, 2500, 2600, 5000]
+    waiting metadata update of the broker inside a run of new serves ends that run."""
+    assert _kept_times([update(2550, 1, 10)], SERVES, horizon=10_000) == [100, 2500, 2600, 5000]
 
 
 def test_the_early_pass_stops_at_the_horizon():

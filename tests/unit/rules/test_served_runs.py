@@ -60,9 +60,18 @@ CASES = [
     (_serves([100, 200, 300]) + [update(350, 2, 11)] + _serves([400, 500, 600]), [100, 300, 400, 600]),
     # 5. An update that does not raise the newest epoch (another broker catching up) ends no run.
     (_serves([100, 200, 300]) + [update(350, 2, 10)] + _serves([400, 500, 600]), [100, 600]),
-    # 6. A heartbeat of the serving broker ends its run (it may change state); another broker's does not.
-    (_serves([100, 200, 300]) + [hb(350, 1)] + _serves([400, 500, 600]), [100, 300, 400, 600]),
-    (_serves([100, 200, 300]) + [hb(350, 2)] + _serves([400, 500, 600]), [100, 600]),
+    # 6. A heartbeat of the serving broker ends its run while it serves an epoch behind the
+    #    cluster's newest (the heartbeat may restart its lag clock or take it out of serving, and
+    #    then its last serve counts); another broker's heartbeat does not.
+    (_serves([100, 200, 300], epoch=9) + [hb(350, 1)] + _serves([400, 500, 600], epoch=9), [100, 300, 400, 600]),
+    (_serves([100, 200, 300], epoch=9) + [hb(350, 2)] + _serves([400, 500, 600], epoch=9), [100, 600]),
+    #    Serving the newest epoch, the broker is behind on nothing: its heartbeats end no run
+    #    (they come every 2 s; ending runs there kept most serves of a busy cluster).
+    (_serves([100, 200, 300]) + [hb(350, 1)] + _serves([400, 500, 600]), [100, 600]),
+    (_serves([100, 200, 300]) + [hb(350, 1, inc=2)] + _serves([400, 500, 600]), [100, 600]),
+    (_serves([100, 200, 300]) + [hb(350, 1, target="STOPPING")] + _serves([400, 500, 600]), [100, 600]),
+    #    ... unless an update raised the newest epoch past it in between (case 4 ends that run anyway).
+    (_serves([100, 200]) + [update(250, 2, 11), hb(300, 1)] + _serves([400, 500, 600]), [100, 200, 400, 600]),
     # 7. Serves of two brokers interleaved: each broker has its own run.
     (sorted(_serves(range(100, 600, 100)) + _serves(range(150, 650, 100), broker=2),
                    key=lambda e: e["event_time"]), [100, 150, 500, 550]),
@@ -155,6 +164,34 @@ def broker_streams(draw):
        rule_settings=st.sampled_from([RuleSettings(), TIGHT]))
 def test_the_filter_changes_nothing_the_engine_reports(events, cut, rule_settings):
     filtered, unfiltered = _run_both(events, batchings(cut, tail_ms=20_000), rule_settings)
+    assert filtered == unfiltered
+
+
+@st.composite
+def heartbeats_inside_runs(draw):
+    """One broker's long runs of serves at one epoch, its own heartbeats in between (restarts, old
+    incarnations, fencing, shutdown), and another broker's updates that leave it behind or not."""
+    events, t, epoch = [], 0, draw(st.integers(9, 10))
+    for i in range(draw(st.integers(3, 80))):
+        t += draw(st.sampled_from([1, 100, 400, 900, 2000]))
+        kind = draw(st.sampled_from(["serve"] * 8 + ["heartbeat"] * 3 + ["update", "epoch"]))
+        if kind == "serve":
+            events.append(response(t, f"c{i % 3}", 1, epoch))
+        elif kind == "heartbeat":
+            events.append(hb(t, 1, inc=draw(st.integers(1, 3)), target=draw(st.sampled_from(["ACTIVE", "STOPPING"])),
+                             current=draw(st.sampled_from([None, "INACTIVE"])), want_fence=draw(st.booleans())))
+        elif kind == "update":
+            events.append(update(t, 2, draw(st.integers(9, 12))))
+        else:
+            epoch = draw(st.integers(8, 12))
+    return events
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events=heartbeats_inside_runs(), cut=st.sampled_from([1, 5, 10_000]),
+       rule_settings=st.sampled_from([RuleSettings(), TIGHT]))
+def test_heartbeats_inside_runs_change_nothing_the_engine_reports(events, cut, rule_settings):
+    filtered, unfiltered = _run_both([*BASE, *events], batchings(cut, tail_ms=20_000), rule_settings)
     assert filtered == unfiltered
 
 
