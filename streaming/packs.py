@@ -98,14 +98,19 @@ def pack(table: pa.Table, records: int = 0) -> pa.RecordBatch:
     # null for dead letters (streaming.routing): a batch of only dead letters has no clock
     clock_ms = pc.max(pc.cast(table.column("event_time"), _MS, safe=False).cast(pa.int64())).as_py()
     out = {name: [] for name in _ARROW_SCHEMA.names}
-    for cluster_id, kind, shard, rows in zip(*(groups.column(c).to_pylist() for c in (*KEY_COLUMNS, "_row_list"))):
-        indices = pa.array(rows, pa.int64())
+    # one take puts every key's rows together (keys in order of first appearance, rows in input
+    # order); each pack is then a zero-copy slice of it
+    rows = groups.column("_row_list").combine_chunks()
+    grouped = events.take(rows.flatten())
+    bounds = pc.subtract(rows.offsets, rows.offsets[0]).to_pylist()  # flatten() starts at offsets[0]
+    for i, (cluster_id, kind, shard) in enumerate(zip(*(groups.column(c).to_pylist() for c in KEY_COLUMNS))):
+        start, end = bounds[i], bounds[i + 1]
         out["cluster_id"].append(cluster_id)
         out["kind"].append(kind)
         out["shard"].append(shard)
         out["event_time"].append(None)
-        out["events"].append(len(rows))
-        out["payload"].append(_ipc_bytes(_without_empty_columns(events.take(indices))))
+        out["events"].append(end - start)
+        out["payload"].append(_ipc_bytes(_without_empty_columns(grouped.slice(start, end - start))))
         out["clock_ms"].append(clock_ms)
     if clock_ms is not None or records:
         clock = ("", CLOCK_KIND, 0, None if clock_ms is None else clock_ms * 1000, records, b"", clock_ms)
