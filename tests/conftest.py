@@ -32,16 +32,6 @@ def topic_factory(broker):
     return make
 
 
-@pytest.fixture(autouse=True)
-def _no_pooled_consumers_left():
-    """Range reads in this process keep their consumers (udfs.consumer_pool): closed after each
-    test, so none outlives the broker a test started and stopped."""
-    yield
-    from udfs.consumer_pool import POOL
-
-    POOL.close_all()
-
-
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession per test run (start-up costs 4-11 s)."""

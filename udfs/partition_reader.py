@@ -1,7 +1,7 @@
 """Read one offset range [start, end) of one Kafka partition (runs on executors).
 
-The consumer (kept between reads of the same settings: udfs.consumer_pool) is assigned the
-partition at ``start`` (no consumer group, no commits) and reads until ``end`` and never past it: Spark's checkpoint holds the offsets, so a retried task or a
+The consumer is assigned the partition at ``start`` (no consumer group, no commits) and reads
+until ``end`` and never past it: Spark's checkpoint holds the offsets, so a retried task or a
 restarted query reads exactly the same records. Gaps (compacted topics, transaction markers) are
 fine: the range is done once the consumer's position reaches ``end``.
 
@@ -18,7 +18,6 @@ import time
 import uuid
 from typing import Iterator, Mapping
 
-from udfs.consumer_pool import POOL
 from udfs.kafka_retry import (BrokerUnavailableError, Outage, RetryPolicy, describe, is_permanent, is_transient,
                               permanent_error)
 from udfs.offsets import OffsetRange
@@ -30,9 +29,7 @@ _THROUGHPUT_DEFAULTS = {
     "fetch.max.bytes": 64 * 1024 * 1024,
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
     "queued.max.messages.kbytes": 256 * 1024,
-    # a consumer taken from the pool gets its new range only after the fetch it had in flight
-    # returns: at 100 ms that wait was most of a small range's read
-    "fetch.wait.max.ms": 10,
+    "fetch.wait.max.ms": 100,
 }
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
            "enable.partition.eof": False}
@@ -72,13 +69,11 @@ def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int
     """Yield lists of at most ``chunk_size`` messages covering [span.start, span.end) in order."""
     from confluent_kafka import Consumer, TopicPartition
 
-    key = tuple(sorted((name, str(value)) for name, value in client.items()))
-    consumer, errors = POOL.take(key) or _new_consumer(Consumer, client)
-    errors.last_transient = errors.permanent = None  # what it saw while idle is not this read's
+    errors = ClientErrors()
+    consumer = Consumer({**consumer_settings(client), "error_cb": errors.record})
     partition = TopicPartition(span.topic, span.partition)
     next_offset = span.start
     stall: Outage | None = None
-    finished = False
     try:
         consumer.assign([TopicPartition(span.topic, span.partition, next_offset)])
         deadline = time.monotonic() + poll_timeout_ms / 1000
@@ -107,7 +102,6 @@ def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int
                 continue
             position = consumer.position([partition])[0].offset
             if position >= span.end:
-                finished = True
                 return  # the rest of the range holds no records (compaction, transaction markers)
             if errors.permanent is not None:
                 raise permanent_error(errors.permanent, f"reading {span.topic}-{span.partition}")
@@ -117,19 +111,8 @@ def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int
                                         started_ms=(deadline * 1000 - poll_timeout_ms))
                 _waited_too_long(stall, errors, poll_timeout_ms)
                 deadline = time.monotonic() + poll_timeout_ms / 1000
-        finished = True
     finally:
-        # a read that failed or was abandoned half-way leaves a consumer in an unknown state
-        if finished:
-            consumer.unassign()
-            POOL.give_back(key, consumer, errors)
-        else:
-            consumer.close()
-
-
-def _new_consumer(consumer_class, client: Mapping[str, str]):
-    errors = ClientErrors()
-    return consumer_class({**consumer_settings(client), "error_cb": errors.record}), errors
+        consumer.close()
 
 
 def _waited_too_long(stall: Outage, errors: ClientErrors, poll_timeout_ms: int) -> None:
