@@ -13,7 +13,8 @@ state with the engine applying every event).
 The broker's own heartbeats end its run only while it serves an epoch behind the cluster's
 newest: a heartbeat can restart a lagging broker's lag clock or take it out of serving, and
 ``last_served_ms`` then counts. A broker serving the newest epoch is behind on nothing, so nothing
-reads that time (a broker heartbeats every 2 s: ending runs there kept ~20x more serves).
+reads that time (a broker heartbeats every 2 s: ending runs there, the head-to-head fleet's
+brokers key applied 1.5x the serves it needs).
 
 Kept in each run: its first and last serve, and the first and last serve of every half-grace
 bucket of time, so that consecutive kept serves are always less than the grace apart.

@@ -66,7 +66,7 @@ CASES = [
     (_serves([100, 200, 300], epoch=9) + [hb(350, 1)] + _serves([400, 500, 600], epoch=9), [100, 300, 400, 600]),
     (_serves([100, 200, 300], epoch=9) + [hb(350, 2)] + _serves([400, 500, 600], epoch=9), [100, 600]),
     #    Serving the newest epoch, the broker is behind on nothing: its heartbeats end no run
-    #    (they come every 2 s; ending runs there kept most serves of a busy cluster).
+    #    (they come every 2 s).
     (_serves([100, 200, 300]) + [hb(350, 1)] + _serves([400, 500, 600]), [100, 600]),
     (_serves([100, 200, 300]) + [hb(350, 1, inc=2)] + _serves([400, 500, 600]), [100, 600]),
     (_serves([100, 200, 300]) + [hb(350, 1, target="STOPPING")] + _serves([400, 500, 600]), [100, 600]),
