@@ -122,3 +122,19 @@ COMMIT_CASES = [
 def test_commit_rules(events, until, expected):
     alerts, _ = run("commits", events, until)
     assert summary(alerts) == expected
+
+
+def test_client_conditions_come_in_client_id_order_whatever_order_the_clients_were_seen_in():
+    """Why: the quiet-run pass creates client records in another order than applying event by
+    event, and the alerts of one evaluation follow the conditions' order; hypothesis found two
+    alerts of one evaluation swapped between the two ways (session 7)."""
+    from streaming.rules.clients import ClientShard
+    from streaming.rules.records import ClientRecord
+
+    shard = ClientShard("c1", RuleSettings())
+    for client in ("b", "c", "a"):  # first seen in this order
+        shard.clients[client] = ClientRecord(client, known_cluster_id="kc-1", mismatch_since_ms=300,
+                                             mismatch_cluster_id="kc-2", stale_broker_ids=[1], stale_since_ms=[300],
+                                             stale_last_ms=[300], stale_counts=[1])
+    order = [(c.alertname, dict(c.labels)["client_id"]) for c in shard.conditions(400)]
+    assert order == [(name, client) for client in "abc" for name in ("StaleMetadataResponse", "ClusterIdMismatch")]
