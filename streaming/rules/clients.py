@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -169,7 +170,7 @@ class ClientShard:
         # by client id, not by when each client was first seen: the quiet-run pass creates clients
         # in another order than applying event by event, and the alerts of one evaluation must
         # come out in the same order either way
-        for c in sorted(self._open(), key=_client_id):
+        for c in sorted(self._open(), key=attrgetter("client_id")):
             for bid, since, count in zip(c.stale_broker_ids, c.stale_since_ms, c.stale_counts):
                 found.append(condition("StaleMetadataResponse", since,
                                        f"{count} response(s) older than accepted epoch {c.accepted_epoch}",
@@ -228,7 +229,3 @@ def response_columns(events: list[dict]) -> tuple[dict[str, np.ndarray], list[st
                "usable": np.fromiter((bool(ev.get("cluster_id")) and ev.get("broker_id") is not None for ev in events),
                                      bool, n)}
     return columns, list(clients), list(clusters)
-
-
-def _client_id(c: ClientRecord) -> str:
-    return c.client_id

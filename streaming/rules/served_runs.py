@@ -63,8 +63,9 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
     if len(rows) < 3:
         return skip
     rows = rows[np.lexsort((rows, broker[rows]))]  # each broker's events, in step order
-    beats = np.cumsum(heartbeat[rows])  # differs between two rows of a broker with its heartbeat between
-    rows, beats = rows[~heartbeat[rows]], beats[~heartbeat[rows]]
+    beat = heartbeat[rows]
+    beats = np.cumsum(beat)  # differs between two rows of a broker with its heartbeat between
+    rows, beats = rows[~beat], beats[~beat]
     b, member = broker[rows], serve[rows]
     behind = epoch[rows] < newest[rows]
     # linked[j]: rows[j-1] and rows[j] are serves of one run

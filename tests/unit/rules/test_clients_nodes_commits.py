@@ -3,7 +3,9 @@
 import pytest
 
 from streaming.config import RuleSettings
+from streaming.rules.clients import ClientShard
 from streaming.rules.nodes import follows_kip601, setup_timeout_bounds
+from streaming.rules.records import ClientRecord
 from tests.unit.rules.builders import attempt, commit, failed, rebootstrap, response, run, summary
 
 S = RuleSettings()
@@ -128,9 +130,6 @@ def test_client_conditions_come_in_client_id_order_whatever_order_the_clients_we
     """Why: the quiet-run pass creates client records in another order than applying event by
     event, and the alerts of one evaluation follow the conditions' order; hypothesis found two
     alerts of one evaluation swapped between the two ways (session 7)."""
-    from streaming.rules.clients import ClientShard
-    from streaming.rules.records import ClientRecord
-
     shard = ClientShard("c1", RuleSettings())
     for client in ("b", "c", "a"):  # first seen in this order
         shard.clients[client] = ClientRecord(client, known_cluster_id="kc-1", mismatch_since_ms=300,
