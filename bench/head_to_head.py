@@ -12,6 +12,9 @@ triggering events started being read (catch-up latency on a backlog; for live la
 rate see bench/detection_latency.py).
 
     .venv/bin/python bench/head_to_head.py --events 5000000
+
+Spark reads the backlog in micro-batches of --batch-events records (kafka.maxOffsetsPerTrigger,
+as a catch-up after an outage would: docs/operations.md, Sizing).
 """
 
 from __future__ import annotations
@@ -145,7 +148,7 @@ def engine_single(bootstrap: str, n: int, chunk: int = 50_000) -> dict:
     return {"events": seen, "seconds": time.perf_counter() - started, "alerts": alerts, "latencies": latencies}
 
 
-def engine_spark(bootstrap: str, n: int, master: str) -> dict:
+def engine_spark(bootstrap: str, n: int, master: str, batch_events: int) -> dict:
     import dataclasses
     import tempfile
 
@@ -166,8 +169,9 @@ def engine_spark(bootstrap: str, n: int, master: str) -> dict:
         def close(self):
             pass
 
+    cap = {"kafka.maxOffsetsPerTrigger": batch_events} if batch_events else {}
     settings = config.load(overrides={"kafka.bootstrap.servers": bootstrap, "kafka.topics.events": TOPIC,
-                                      "kafka.startingOffsets": "earliest", "kafka.maxOffsetsPerTrigger": 250_000})
+                                      "kafka.startingOffsets": "earliest", **cap})
     settings = dataclasses.replace(settings, rules=scenario_settings(), checkpoint_location=tempfile.mkdtemp())
     started = time.perf_counter()
     query = start(spark, settings, [Timing()], time_mode=EVENT_TIME, available_now=True, query_name="h2h")
@@ -195,12 +199,17 @@ def main(argv=None) -> int:
     ap.add_argument("--engine", choices=["floor", "single", "spark"], help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--master", default="local[2]", help=argparse.SUPPRESS)
+    # A backlog's catch-up batch: each micro-batch has ~1.5 s of fixed cost on 2 cores, and the
+    # sizes measured side by side are in bench/RESULTS.md (head to head, session 8)
+    ap.add_argument("--batch-events", type=int, default=1_000_000,
+                    help="Spark's kafka.maxOffsetsPerTrigger: records per micro-batch (0: no cap)")
     ap.add_argument("--skip-local1", action="store_true", help="do not run Spark on local[1]")
     args = ap.parse_args(argv)
     if args.engine:
         result = {"floor": lambda: engine_floor(args.bootstrap, args.events),
                   "single": lambda: engine_single(args.bootstrap, args.events),
-                  "spark": lambda: engine_spark(args.bootstrap, args.events, args.master)}[args.engine]()
+                  "spark": lambda: engine_spark(args.bootstrap, args.events, args.master,
+                                                args.batch_events)}[args.engine]()
         print(json.dumps(result))
         return 0
 
@@ -210,14 +219,17 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         n = load(broker.bootstrap_servers, args.events)
         print(f"loaded {n:,} events in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+        batch = ["--batch-events", str(args.batch_events)]
         runs = {"3. raw consume + decode floor": run_engine("floor", broker.bootstrap_servers, n, []),
                 "2. hand-written single process, same rules": run_engine("single", broker.bootstrap_servers, n, []),
                 "1. epochwatch on Spark, local[2]": run_engine("spark", broker.bootstrap_servers, n,
-                                                              ["--master", "local[2]"])}
+                                                              ["--master", "local[2]", *batch])}
         if not args.skip_local1:
             runs["1b. epochwatch on Spark, local[1]"] = run_engine("spark", broker.bootstrap_servers, n,
-                                                                  ["--master", "local[1]"])
-    print(f"\n{n:,} events (1,000-broker / 100,000-client fleet + 16 incident clusters), {PARTITIONS} partitions")
+                                                                  ["--master", "local[1]", *batch])
+    cap = f"{args.batch_events:,} records" if args.batch_events else "no cap"
+    print(f"\n{n:,} events (1,000-broker / 100,000-client fleet + 16 incident clusters), {PARTITIONS} partitions, "
+          f"Spark micro-batches: {cap}")
     print(f"{'engine':46} {'events/s':>9} {'seconds':>8} {'alerts':>7} {'p50 s':>6} {'p99 s':>6} {'peak MB':>8}")
     for name, r in runs.items():
         rate = r["events"] / r["seconds"]
