@@ -169,9 +169,9 @@ def engine_spark(bootstrap: str, n: int, master: str, batch_events: int) -> dict
         def close(self):
             pass
 
-    cap = {"kafka.maxOffsetsPerTrigger": batch_events} if batch_events else {}
     settings = config.load(overrides={"kafka.bootstrap.servers": bootstrap, "kafka.topics.events": TOPIC,
-                                      "kafka.startingOffsets": "earliest", **cap})
+                                      "kafka.startingOffsets": "earliest",
+                                      "kafka.maxOffsetsPerTrigger": batch_events or None})
     settings = dataclasses.replace(settings, rules=scenario_settings(), checkpoint_location=tempfile.mkdtemp())
     started = time.perf_counter()
     query = start(spark, settings, [Timing()], time_mode=EVENT_TIME, available_now=True, query_name="h2h")

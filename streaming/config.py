@@ -43,7 +43,9 @@ class KafkaSettings:
     encoding: str = field(default="confluent", metadata={**_alias("encoding"), "choices": ("confluent", "schemaless")})
     schema_registry_url: str | None = field(default=None, metadata=_alias("schema.registry.url"))
     starting_offsets: str = field(default="latest", metadata=_alias("startingOffsets"))
-    max_offsets_per_trigger: int | None = field(default=None, metadata=_alias("maxOffsetsPerTrigger"))
+    # A backlog (restart, outage) is read in micro-batches this large: a bounded catch-up, and large
+    # enough to amortize a batch's fixed cost (docs/operations.md, Sizing). null: no cap.
+    max_offsets_per_trigger: int | None = field(default=1_000_000, metadata=_alias("maxOffsetsPerTrigger"))
     fail_on_data_loss: str = field(default="true", metadata={**_alias("failOnDataLoss"), "choices": ("true", "false")})
     # Waiting out an unreachable broker, passed to the source under the same names when set (None:
     # the source's default, see udfs/kafka_source.py; brokerUnavailable.maxWaitMs None: forever).
@@ -60,6 +62,9 @@ class KafkaSettings:
                 fix = ("leave it out to wait forever, or give the longest wait in milliseconds, e.g. 600000"
                        if f.name == "broker_max_wait_ms" else "leave it out for the default, or use a value above 0")
                 raise ConfigError(f"kafka.{f.metadata['yaml']}", "0 is not allowed", fix)
+        if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
+            raise ConfigError("kafka.maxOffsetsPerTrigger", f"{self.max_offsets_per_trigger} records per micro-batch",
+                              "give at least 1 (e.g. 1000000), or null for no cap")
 
     def source_options(self) -> dict[str, str]:
         """The set ones of the keys that are Kafka source options of the same name."""

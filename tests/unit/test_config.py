@@ -23,6 +23,8 @@ BAD = [
     ({"kafka.client.sasl.password": "${EPOCHWATCH_NOT_SET_ANYWHERE}"}, "EPOCHWATCH_NOT_SET_ANYWHERE", "export",
      "7-a secret reference to an unset variable"),
     ({"alerting.url": "x"}, "alerting", "one of", "8-unknown section"),
+    ({"kafka.maxOffsetsPerTrigger": 0}, "kafka.maxOffsetsPerTrigger", "null for no cap",
+     "9-a batch cap of 0 would have meant no cap at all"),
 ]
 
 
@@ -31,6 +33,11 @@ def test_errors_name_the_key_and_the_fix(overrides, key, fix, why):
     with pytest.raises(config.ConfigError) as err:
         config.load(overrides=overrides)
     assert key in str(err.value) and fix in str(err.value)
+
+
+def test_catch_up_batches_are_bounded_unless_asked_otherwise():
+    assert config.load().kafka.max_offsets_per_trigger == 1_000_000
+    assert config.load(overrides={"kafka.maxOffsetsPerTrigger": None}).kafka.max_offsets_per_trigger is None
 
 
 def test_shipped_config_is_valid_and_uses_kafka_defaults():
