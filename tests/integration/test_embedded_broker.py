@@ -23,3 +23,39 @@ def test_waiting_for_a_slow_broker_to_listen_logs_no_kafka_failure(tmp_path, cap
     failures = [line for line in capfd.readouterr().err.splitlines()
                 if "|FAIL|" in line and broker.bootstrap_servers in line]
     assert not failures, failures
+
+
+def test_the_broker_dies_with_the_process_that_started_it(tmp_path):
+    """Why: a demo or test run killed by SIGKILL (a CI timeout, kill -9) runs no stop(); tansu
+    used to stay behind, holding its port, for as long as the machine ran."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom streaming.embedded import EmbeddedBroker\n"
+         "b = EmbeddedBroker().start()\nprint(b._proc.pid, flush=True)\ntime.sleep(600)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        broker_pid = int(starter.stdout.readline())
+        assert _alive(broker_pid)
+        os.kill(starter.pid, signal.SIGKILL)
+        starter.wait()
+        deadline = time.monotonic() + 10
+        while _alive(broker_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(broker_pid)
+    finally:
+        starter.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for a reaper (this sandbox's pid 1 may never reap it)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next(line for line in f if line.startswith("State:"))
+    except FileNotFoundError:
+        return False
+    return "zombie" not in state
