@@ -14,6 +14,7 @@ stay.
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 import zipfile
@@ -77,6 +78,22 @@ def _installed_version(package: str, path: list[str]) -> str | None:
         return None
 
 
+class YoungGenerationsOnly:
+    """What pyspark.daemon sees as the ``gc`` module. A reused worker runs ``gc.collect()`` after
+    every task: a full collection, which in a worker that keeps its state keys' engines (100,000
+    clients: ~590,000 objects) took ~470 ms per task, and ~70 ms in a source worker. Measured in
+    the live job at 10,000 events/s, that was more than half of the two cores. The young
+    generations still go after each task; the old one is left to the collector's own thresholds,
+    which still run it as it grows."""
+
+    def __getattr__(self, name):
+        return getattr(gc, name)
+
+    @staticmethod
+    def collect(generation: int = 2) -> int:
+        return gc.collect(min(generation, 1))
+
+
 def main() -> None:
     kept = without_redundant_archives(sys.path)
     for entry in set(sys.path) - set(kept):
@@ -84,6 +101,7 @@ def main() -> None:
     sys.path[:] = kept
     from pyspark import daemon
 
+    daemon.gc = YoungGenerationsOnly()
     daemon.manager()
 
 

@@ -1,13 +1,16 @@
-"""udfs.worker_daemon: which of Spark's zips come off the Python workers' path."""
+"""udfs.worker_daemon: which of Spark's zips come off the Python workers' path, and what the
+daemon collects after a task."""
 
+import gc
 import sys
+import weakref
 import zipfile
 from pathlib import Path
 
 import pyspark
 import pytest
 
-from udfs.worker_daemon import without_redundant_archives
+from udfs.worker_daemon import YoungGenerationsOnly, without_redundant_archives
 
 INSTALLED = str(Path(pyspark.__file__).parent.parent)  # site-packages
 SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -82,3 +85,56 @@ def test_case_8_an_entry_listed_twice_comes_off_both_times():
     """Why: Spark merges its own path with PYTHONPATH; one copy left keeps the cost."""
     zips = [str(SPARK_LIB / "pyspark.zip")] * 2
     assert without_redundant_archives(zips + [INSTALLED]) == [INSTALLED]
+
+
+class Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def _old_cyclic_garbage():
+    """A reference cycle in the oldest generation that nothing references any more, and a weak
+    reference that says whether it has been collected."""
+    cycle = Cycle()
+    gc.collect(1)
+    gc.collect(1)  # survived the young generations twice: now in the old one
+    alive = weakref.ref(cycle)
+    del cycle
+    return alive
+
+
+def test_after_a_task_the_daemon_collects_the_young_generations_only():
+    """Why: pyspark.daemon runs a full collection after every task of a reused worker; in a worker
+    that keeps its keys' engines (~590,000 objects for 100,000 clients) that took ~470 ms a task,
+    more than half of two cores in the live job. Garbage of the old generation is left to the
+    collector's own thresholds."""
+    was_enabled = gc.isenabled()
+    gc.disable()  # no automatic collection in between
+    try:
+        young_only = YoungGenerationsOnly()
+        alive = _old_cyclic_garbage()
+        young_only.collect()
+        assert alive() is not None
+        young_cycle = Cycle()
+        alive_young = weakref.ref(young_cycle)
+        del young_cycle
+        young_only.collect()
+        assert alive_young() is None
+        gc.collect()
+        assert alive() is None
+        assert young_only.get_threshold() == gc.get_threshold()  # the rest of gc, unchanged
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_main_gives_the_daemon_the_young_generation_collector(monkeypatch):
+    from pyspark import daemon
+
+    from udfs import worker_daemon
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(daemon, "gc", daemon.gc)
+    monkeypatch.setattr(daemon, "manager", lambda: None)
+    worker_daemon.main()
+    assert isinstance(daemon.gc, YoungGenerationsOnly)
