@@ -10,7 +10,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from udfs.worker_daemon import YoungGenerationsOnly, without_redundant_archives
+from udfs.worker_daemon import FreezeBetweenTasks, without_redundant_archives
 
 INSTALLED = str(Path(pyspark.__file__).parent.parent)  # site-packages
 SPARK_LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -92,43 +92,56 @@ class Cycle:
         self.me = self
 
 
-def _old_cyclic_garbage():
-    """A reference cycle in the oldest generation that nothing references any more, and a weak
-    reference that says whether it has been collected."""
+def _unreferenced_cycle():
+    """A reference cycle nothing references any more, as a weak reference that says whether it
+    has been collected."""
     cycle = Cycle()
-    gc.collect(1)
-    gc.collect(1)  # survived the young generations twice: now in the old one
     alive = weakref.ref(cycle)
     del cycle
     return alive
 
 
-def test_after_a_task_the_daemon_collects_the_young_generations_only():
+@pytest.fixture
+def no_automatic_collection():
+    was_enabled = gc.isenabled()
+    gc.disable()
+    yield
+    gc.unfreeze()
+    if was_enabled:
+        gc.enable()
+
+
+def test_after_a_task_what_survived_is_frozen(no_automatic_collection):
     """Why: pyspark.daemon runs a full collection after every task of a reused worker; in a worker
     that keeps its keys' engines (~590,000 objects for 100,000 clients) that took ~470 ms a task,
-    more than half of two cores in the live job. Garbage of the old generation is left to the
-    collector's own thresholds."""
-    was_enabled = gc.isenabled()
-    gc.disable()  # no automatic collection in between
-    try:
-        young_only = YoungGenerationsOnly()
-        alive = _old_cyclic_garbage()
-        young_only.collect()
-        assert alive() is not None
-        young_cycle = Cycle()
-        alive_young = weakref.ref(young_cycle)
-        del young_cycle
-        young_only.collect()
-        assert alive_young() is None
-        gc.collect()
-        assert alive() is None
-        assert young_only.get_threshold() == gc.get_threshold()  # the rest of gc, unchanged
-    finally:
-        if was_enabled:
-            gc.enable()
+    and the collector's own full collections as much again: more than half of two cores in the
+    live job. Frozen, the engines are not looked at again by any collection."""
+    collector = FreezeBetweenTasks(floor=10**9)
+    kept = Cycle()
+    young_garbage = _unreferenced_cycle()
+    collector.collect()
+    assert young_garbage() is None  # the task's own garbage still goes at its end
+    assert gc.get_freeze_count() > 0 and not any(o is kept for o in gc.get_objects(generation=2))
+    assert collector.get_threshold() == gc.get_threshold()  # the rest of gc, unchanged
 
 
-def test_main_gives_the_daemon_the_young_generation_collector(monkeypatch):
+def test_frozen_garbage_cycles_go_once_the_frozen_set_has_doubled(no_automatic_collection):
+    """Why: a cycle that was alive at a freeze and dies later is never looked at again by the
+    young collections: memory must not grow without bound in a job that runs for months."""
+    collector = FreezeBetweenTasks(floor=gc.get_freeze_count() + len(gc.get_objects()) + 10_000)
+    held = [Cycle() for _ in range(10)]
+    collector.collect()  # held's cycles are frozen
+    dead = [weakref.ref(c) for c in held]
+    del held
+    collector.collect()
+    assert all(ref() is not None for ref in dead)  # frozen: waits
+    filler = [[] for _ in range(20_000)]  # the frozen set grows past the floor
+    collector.collect()
+    assert all(ref() is None for ref in dead)
+    assert collector._full_at >= 2 * len(filler)
+
+
+def test_main_gives_the_daemon_the_collector_that_freezes(monkeypatch):
     from pyspark import daemon
 
     from udfs import worker_daemon
@@ -137,4 +150,4 @@ def test_main_gives_the_daemon_the_young_generation_collector(monkeypatch):
     monkeypatch.setattr(daemon, "gc", daemon.gc)
     monkeypatch.setattr(daemon, "manager", lambda: None)
     worker_daemon.main()
-    assert isinstance(daemon.gc, YoungGenerationsOnly)
+    assert isinstance(daemon.gc, FreezeBetweenTasks)
