@@ -84,7 +84,7 @@ class FreezeBetweenTasks:
     A reused worker runs ``gc.collect()`` after every task: a full collection, which in a worker
     that keeps its state keys' engines (100,000 clients: ~590,000 objects) took ~470 ms per task,
     ~70 ms in a source worker; and the collector's own full collections, ~1.5 per micro-batch,
-    cost as much again. Measured in the live job at 10,000 events/s, that was more than half of
+    cost half as much again. Measured in the live job at 10,000 events/s, that was more than half of
     the two cores.
 
     Here a task's end collects the young generations, then freezes what survived

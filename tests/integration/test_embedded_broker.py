@@ -1,5 +1,11 @@
 """The embedded broker (tansu) as the demo and the tests start it."""
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
 from streaming.embedded import EmbeddedBroker, create_topics, tansu_binary
@@ -25,15 +31,9 @@ def test_waiting_for_a_slow_broker_to_listen_logs_no_kafka_failure(tmp_path, cap
     assert not failures, failures
 
 
-def test_the_broker_dies_with_the_process_that_started_it(tmp_path):
+def test_the_broker_dies_with_the_process_that_started_it():
     """Why: a demo or test run killed by SIGKILL (a CI timeout, kill -9) runs no stop(); tansu
     used to stay behind, holding its port, for as long as the machine ran."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     starter = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\nfrom streaming.embedded import EmbeddedBroker\n"
          "b = EmbeddedBroker().start()\nprint(b._proc.pid, flush=True)\ntime.sleep(600)\n"],
