@@ -22,6 +22,9 @@ def kafka_events(spark, settings: Settings, starting_offsets: str | None = None)
     return _kafka_reader(spark, settings, starting_offsets).load()
 
 
+RECORDS_PER_SOURCE_TASK = 50_000
+
+
 def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None):
     """The events topic as packs (streaming.packs), routed and packed in the source: what the
     job reads. Progress then counts packs as input rows; streaming.metrics.input_records counts
@@ -29,7 +32,11 @@ def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None):
     rules = settings.rules
     return (_kafka_reader(spark, settings, starting_offsets).option("output", "packs")
             .option("packs.clientShards", str(rules.client_shards))
-            .option("packs.maxFutureMs", str(rules.max_future_ms)).load())
+            .option("packs.maxFutureMs", str(rules.max_future_ms))
+            # a live batch is read in one task per core, not one per Kafka partition: each task
+            # costs ~50-100 ms whatever it reads (bench/RESULTS.md, live latency, session 9)
+            .option("recordsPerTask", str(RECORDS_PER_SOURCE_TASK))
+            .option("minPartitions", str(spark.sparkContext.defaultParallelism)).load())
 
 
 def _kafka_reader(spark, settings: Settings, starting_offsets: str | None):

@@ -124,7 +124,7 @@ def check_known(options: Mapping[str, str], known: tuple[str, ...], source: str,
 
 SOURCE_OPTIONS = (
     "subscribe", "subscribePattern", "assign", "startingOffsets", "maxOffsetsPerTrigger",
-    "minPartitions", "failOnDataLoss", "decode", "deadLetterTopic", "kafkaConsumer.pollTimeoutMs",
+    "minPartitions", "recordsPerTask", "failOnDataLoss", "decode", "deadLetterTopic", "kafkaConsumer.pollTimeoutMs",
     "arrowBatchSize", "fetchOffset.retryIntervalMs", "fetchOffset.timeoutMs", MAX_WAIT_OPTION,
     "output", "packs.clientShards", "packs.maxFutureMs",
 )
@@ -139,6 +139,7 @@ class SourceOptions:
     starting_offsets: StartingOffsets = field(default_factory=lambda: StartingOffsets("latest"))
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
+    records_per_task: int | None = None
     fail_on_data_loss: bool = True
     decode: str = "none"
     registry_url: str | None = None
@@ -217,6 +218,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         starting_offsets=starting,
         max_offsets_per_trigger=positive_int(options, "maxOffsetsPerTrigger"),
         min_partitions=positive_int(options, "minPartitions"),
+        records_per_task=positive_int(options, "recordsPerTask"),
         fail_on_data_loss=boolean(options, "failOnDataLoss", True),
         decode=decode,
         registry_url=registry_url,

@@ -7,6 +7,8 @@ Options follow Spark's Kafka connector (which needs a jar this deployment cannot
     startingOffsets           latest (default) | earliest | {"topic": {"0": 23, "1": -2}}  (-2/-1)
     maxOffsetsPerTrigger      at most N records per micro-batch (shared by backlog)
     minPartitions             split big offset ranges into more Spark partitions
+    recordsPerTask            read small offset ranges together, about this many records per Spark
+                              task, in at least minPartitions tasks (default: one task per range)
     failOnDataLoss            true (default): fail when offsets were deleted or reset;
                               false: log and continue from the earliest available offset
     decode                    none (Spark's Kafka columns) | avro (Confluent wire format, built-in
@@ -57,18 +59,18 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from udfs import event_columns
 from udfs.kafka_options import SourceOptions, parse_source_options
-from udfs.offsets import (DataLoss, OffsetRange, admit, cap_at, parse_source_offset, plan_ranges,
+from udfs.offsets import (DataLoss, OffsetRange, admit, cap_at, group_ranges, parse_source_offset, plan_ranges,
                           recreated_topics, resolve_starting, split_ranges, to_json_dict)
 
 log = logging.getLogger("epochwatch.kafka_source")
 
 
 class KafkaRangePartition(InputPartition):
-    """One Spark partition: records [start, end) of one Kafka partition."""
+    """One Spark partition: offset ranges [start, end) of Kafka partitions, read in this order."""
 
-    def __init__(self, span: OffsetRange):
-        super().__init__(span)
-        self.span = span
+    def __init__(self, spans: list[OffsetRange]):
+        super().__init__(spans)
+        self.spans = spans
 
 
 class KafkaEventSource(DataSource):
@@ -165,7 +167,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         earliest = self._broker().earliest(until)
         ranges, losses = plan_ranges(begin, until, earliest, recreated_topics(begin_ids, until_ids))
         report_data_loss(losses, self.options.fail_on_data_loss)
-        return [KafkaRangePartition(span) for span in split_ranges(ranges, self.options.min_partitions)]
+        spans = split_ranges(ranges, self.options.min_partitions)
+        return [KafkaRangePartition(group) for group in
+                group_ranges(spans, self.options.records_per_task, self.options.min_partitions)]
 
     def commit(self, end: dict) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
@@ -181,44 +185,56 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from udfs.partition_reader import fetch_range
 
         options = self.options
-        span = partition.span
-        chunks = fetch_range(options.client, span, chunk_size=options.arrow_batch_size,
-                             poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss,
-                             retry=options.retry_policy)
+
+        def fetched(span: OffsetRange):
+            return fetch_range(options.client, span, chunk_size=options.arrow_batch_size,
+                               poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss,
+                               retry=options.retry_policy)
+
         if not options.decoded:
-            for messages in chunks:
-                yield record_batches.raw_batch(messages)
+            for span in partition.spans:
+                for messages in fetched(span):
+                    yield record_batches.raw_batch(messages)
             return
-        if options.decode == "avro":
-            catalog = _registry_catalog(options.registry_url, tuple(sorted(options.registry_client.items())),
-                                        span.topic) if options.registry_url else None
-            decode_message = record_batches.confluent_decoder(catalog)
-        else:
-            decode_message = record_batches.schemaless_decoder()
         publisher = _dead_letter_publisher(options) if options.dead_letter_topic else None
 
         def decoded():
-            for messages in chunks:
-                batch, dead = record_batches.decoded_batch(messages, decode_message,
-                                                           keep_dead_letters_as_rows=publisher is None)
-                if publisher is not None and dead:
-                    publisher.add(dead)
-                if batch is not None:
-                    yield batch
+            for span in partition.spans:
+                decode_message = _decoder(options, span.topic)
+                for messages in fetched(span):
+                    batch, dead = record_batches.decoded_batch(messages, decode_message,
+                                                               keep_dead_letters_as_rows=publisher is None)
+                    if publisher is not None and dead:
+                        publisher.add(dead)
+                    if batch is not None:
+                        yield batch
+                if publisher is not None:
+                    _log_dead_letters(publisher.flush(), span, options.dead_letter_topic)
 
         if options.output == "packs":
             from streaming.packs import route_and_pack
 
+            # one packing pass over all the task's ranges: fewer, fuller packs to shuffle
             yield from route_and_pack(options.pack_client_shards, options.pack_max_future_ms)(decoded())
         else:
             yield from decoded()
-        if publisher is not None:
-            counts: Counter = publisher.flush()
-            if counts:
-                from udfs.dead_letters import summary_line
 
-                log.warning(summary_line(counts, f"{span.topic}-{span.partition}[{span.start},{span.end})",
-                                         options.dead_letter_topic))
+
+def _decoder(options: SourceOptions, topic: str):
+    from udfs import record_batches
+
+    if options.decode == "avro":
+        catalog = _registry_catalog(options.registry_url, tuple(sorted(options.registry_client.items())),
+                                    topic) if options.registry_url else None
+        return record_batches.confluent_decoder(catalog)
+    return record_batches.schemaless_decoder()
+
+
+def _log_dead_letters(counts: Counter, span: OffsetRange, topic: str) -> None:
+    if counts:
+        from udfs.dead_letters import summary_line
+
+        log.warning(summary_line(counts, f"{span.topic}-{span.partition}[{span.start},{span.end})", topic))
 
 
 @cache

@@ -31,6 +31,7 @@ def test_kafka_options_pass_through_to_librdkafka_and_keys_are_case_insensitive(
     ({"subscribePattern": "a.*"}, "subscribe", "subscribe and subscribePattern together"),
     ({"maxOffsetsPerTrigger": "lots"}, "maxOffsetsPerTrigger", "not a number"),
     ({"minPartitions": "0"}, "minPartitions", "must be positive"),
+    ({"recordsPerTask": "-5"}, "recordsPerTask", "must be positive"),
     ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "boolean"),
     ({"decode": "json"}, "decode", "unsupported decoding"),
     ({"startingOffsets": "first"}, "startingOffsets", "bad offsets"),

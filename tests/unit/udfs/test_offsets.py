@@ -7,7 +7,7 @@ import json
 import pytest
 
 from udfs.offsets import (DataLoss, OffsetRange, OffsetSpecError, StartingOffsets, admit, cap_at, from_json_dict,
-                          parse_source_offset, plan_ranges, recreated_topics, resolve_starting, split_ranges,
+                          group_ranges, parse_source_offset, plan_ranges, recreated_topics, resolve_starting, split_ranges,
                           to_json_dict)
 
 A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
@@ -133,6 +133,35 @@ def test_split_ranges(sizes, min_partitions, expected_parts, why):
         assert pieces[0].start == original.start and pieces[-1].end == original.end, why
         assert all(a.end == b.start for a, b in zip(pieces, pieces[1:])), why
         assert all(p.size > 0 for p in pieces), why
+
+
+@pytest.mark.parametrize("sizes, per_task, min_tasks, expected_tasks, why", [
+    ([2500] * 8, None, 2, 8, "1. no recordsPerTask: one task per range, as before"),
+    ([2500] * 8, 50_000, 2, 2, "2. a live batch of 20,000 records: as many tasks as cores, 4 ranges each"),
+    ([2500] * 8, 50_000, None, 1, "3. no core count given: at least one task"),
+    ([125_000] * 8, 50_000, 2, 8, "4. a catch-up batch: each range is a task's worth already"),
+    ([31_250] * 8, 50_000, 2, 6, "5. 250,000 records: 5 tasks' worth, rounded up to a multiple of the cores"),
+    ([10, 10, 10], 50_000, 4, 3, "6. never more tasks than ranges"),
+    ([0, 0, 100], 50_000, 2, 1, "7. empty ranges are not read: one range left, one task"),
+    ([], 50_000, 2, 0, "8. nothing to read: no task"),
+])
+def test_group_ranges(sizes, per_task, min_tasks, expected_tasks, why):
+    ranges = [OffsetRange("a", i, 100, 100 + size) for i, size in enumerate(sizes)]
+    groups = group_ranges(ranges, per_task, min_tasks)
+    assert len(groups) == expected_tasks, why
+    by_partition = lambda r: r.partition
+    read = sorted((r for g in groups for r in g), key=by_partition)
+    assert read == [r for r in ranges if r.size > 0], why  # each non-empty range read once
+    assert all(g for g in groups), why
+
+
+def test_group_ranges_balances_records_across_tasks():
+    sizes = [9000, 1000, 1000, 1000, 3000, 3000, 1000, 1000]
+    groups = group_ranges([OffsetRange("a", i, 0, s) for i, s in enumerate(sizes)], 50_000, 2)
+    loads = sorted(sum(r.size for r in g) for g in groups)
+    assert loads == [10_000, 10_000], "largest first into the least loaded task"
+    for g in groups:
+        assert g == sorted(g, key=lambda r: r.partition), "a task reads its ranges in partition order"
 
 
 OLD_ID, NEW_ID = "AaH9i1xncdOMlI3HdZ4m9Q", "AaH9i5evd1O9LLxUW5k+bA"   # ids tansu gave one topic before/after a restart
