@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 import time
 import zlib
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -123,6 +125,7 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
     broker = None if bootstrap else EmbeddedBroker().start()
     spark = None
     bootstrap = bootstrap or broker.bootstrap_servers
+    spark_output = ExitStack()
     try:
         settings = config.load(overrides={"kafka.bootstrap.servers": bootstrap,
                                           "kafka.startingOffsets": "earliest",
@@ -137,6 +140,10 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
         out.write(f"produced {len(events):,} events and {len(GARBAGE)} malformed records; starting the Spark job\n\n")
         out.flush()
 
+        spark_log = work / "spark.log"
+        out.write(f"Spark's own output (JVM and Python workers): {spark_log}\n\n")
+        out.flush()
+        spark_output.enter_context(_stderr_to(spark_log))
         spark = build_session("epochwatch-demo", conf=settings.spark)
         memory = MemorySink()
         alerts_file, transitions_file = work / "alerts.jsonl", work / "transitions.jsonl"
@@ -149,7 +156,7 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
             finally:
                 sinks.close()  # the alert producer goes before the broker does: no reconnect noise
         if query.exception():
-            out.write(f"the query failed: {query.exception()}\n")
+            out.write(f"the query failed: {query.exception()}\n(Spark's log: {spark_log})\n")
             return 1
         alerts = memory.all("alerts")
         dead = memory.all("dead_letters")
@@ -174,8 +181,26 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
     finally:
         if spark is not None:
             spark.stop()  # its Python workers' Kafka clients too
+        spark_output.close()
         if broker:
             broker.stop()
+
+
+@contextmanager
+def _stderr_to(path: Path):
+    """File descriptor 2 goes to ``path`` until the end: the JVM that Spark starts inherits it, and
+    so do its Python workers, whose start-up lines, log4j lines and worker prints would otherwise
+    bury the demo's alerts (which go to stdout). The file keeps them for when something fails."""
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)
+        os.close(terminal)
 
 
 def _produce_garbage(bootstrap: str, topic: str) -> None:
