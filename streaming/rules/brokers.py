@@ -16,7 +16,7 @@ from streaming import events
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
 from streaming.rules import served_runs
-from streaming.rules.records import NO_TIME, STATES, BrokerRecord, ClusterRecord, expire, first_after
+from streaming.rules.records import NO_TIME, STATES, BrokerRecord, ClusterRecord, expire, first_after, utc
 
 # A controller answer that means "you are an old incarnation" (KIP-343 / KRaft).
 REGRESSION_ERRORS = frozenset({events.INVALID_INCARNATION_ID, events.STALE_BROKER_EPOCH,
@@ -291,7 +291,7 @@ class BrokerFleet:
         if c.last_heartbeat_ms != NO_TIME and now - c.last_heartbeat_ms >= s.controller_heartbeat_timeout_ms:
             silent_since = c.last_heartbeat_ms + s.controller_heartbeat_timeout_ms
             found.append(condition("ClusterSilent", silent_since,
-                                   f"no heartbeat from any of {len(self.brokers)} brokers since {c.last_heartbeat_ms}"))
+                                   f"no heartbeat from any of {len(self.brokers)} brokers since {utc(c.last_heartbeat_ms)}"))
         if c.regression_since_ms != NO_TIME:
             found.append(condition("MetadataEpochRegression", c.regression_since_ms,
                                    f"epoch {c.regression_epoch} issued after {c.regression_high_epoch} "
@@ -320,7 +320,7 @@ class BrokerFleet:
             since = self._timeout_since(b, now, silent_since)
             if since != NO_TIME:
                 yield condition("BrokerHeartbeatTimeout", since,
-                                f"last heartbeat {b.last_heartbeat_ms}, incarnation {b.incarnation_id}", broker_id=bid)
+                                f"last heartbeat {utc(b.last_heartbeat_ms)}, incarnation {b.incarnation_id}", broker_id=bid)
         if b.regression_since_ms != NO_TIME:
             yield condition("BrokerIncarnationRegression", b.regression_since_ms,
                             f"incarnation {b.old_incarnation_id} heartbeats after {b.incarnation_id}", broker_id=bid)
@@ -329,10 +329,10 @@ class BrokerFleet:
                             f"incarnations {b.old_incarnation_id} and {b.incarnation_id} both heartbeat", broker_id=bid)
         if b.state == "STOPPING" and now - b.state_since_ms >= s.stopping_grace_ms:
             yield condition("BrokerStuckStopping", b.state_since_ms + s.stopping_grace_ms,
-                            f"STOPPING since {b.state_since_ms}", broker_id=bid)
+                            f"STOPPING since {utc(b.state_since_ms)}", broker_id=bid)
         if b.state == "INACTIVE" and b.inactive_reason == "shutdown" and now - b.state_since_ms >= s.not_returned_grace_ms:
             yield condition("BrokerNotReturned", b.state_since_ms + s.not_returned_grace_ms,
-                            f"controlled shutdown at {b.state_since_ms}", broker_id=bid)
+                            f"controlled shutdown at {utc(b.state_since_ms)}", broker_id=bid)
         if b.flapping_since_ms != NO_TIME:
             yield condition("BrokerFlapping", b.flapping_since_ms,
                             f"{len(b.flap_times_ms)} ACTIVE/INACTIVE transitions in {s.flapping_window_ms} ms",

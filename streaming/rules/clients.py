@@ -11,7 +11,7 @@ import numpy as np
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
 from streaming.rules.quiet_responses import QuietRuns, quiet_runs
-from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after
+from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, utc
 
 
 @dataclass
@@ -177,7 +177,7 @@ class ClientShard:
                                        client_id=c.client_id, broker_id=bid))
             if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= s.rebootstrap_trigger_ms:
                 found.append(condition("ClientRebootstrapOverdue", c.first_failure_ms + s.rebootstrap_trigger_ms,
-                                       f"no metadata since first failure at {c.first_failure_ms}",
+                                       f"no metadata since first failure at {utc(c.first_failure_ms)}",
                                        client_id=c.client_id))
             if c.mismatch_since_ms != NO_TIME:
                 found.append(condition("ClusterIdMismatch", c.mismatch_since_ms,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
 from functools import cache
 
 NO_TIME = -1
@@ -133,3 +134,13 @@ def to_row(record) -> tuple:
 def from_row(cls, row) -> object:
     values = [list(v) if isinstance(v, (list, tuple)) else v for v in row]
     return cls(*values)
+
+
+def utc(ms: int) -> str:
+    """An event time for the people reading an alert: ``2026-01-01T00:00:20.082Z``."""
+    if ms == NO_TIME:
+        return "never"
+    try:
+        return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
+    except (OverflowError, OSError, ValueError):  # outside what a calendar date can say
+        return f"{ms} ms since 1970"
