@@ -95,38 +95,34 @@ def test_max_offsets_per_trigger_limits_every_batch(spark, bootstrap, topic_fact
 def test_min_partitions_splits_ranges_without_changing_the_records(spark, bootstrap, topic_factory):
     topic = topic_factory(partitions=1)
     produced = produce(bootstrap, topic, records(400), partitions=1)
-    stream = kafka_stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest", minPartitions=4)
-    seen_partitions = []
-
-    def collect(df, batch_id):
-        seen_partitions.append(df.rdd.getNumPartitions())
-        collector(df, batch_id)
-
-    collector = BatchCollector()
-    query = stream.select("topic", "partition", "offset").writeStream.foreachBatch(collect) \
-        .trigger(availableNow=True).start()
-    assert query.awaitTermination(QUERY_TIMEOUT_S) and query.exception() is None
-    assert sorted(collector.rows) == coordinates(produced)
-    assert seen_partitions and seen_partitions[0] == 4
+    rows, spark_partitions = _read_once(kafka_stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest",
+                                                     minPartitions=4))
+    assert sorted(rows) == coordinates(produced)
+    assert spark_partitions and spark_partitions[0] == 4
 
 
 def test_records_per_task_reads_small_ranges_together_without_changing_the_records(spark, bootstrap, topic_factory):
     topic = topic_factory(partitions=4)
     produced = produce(bootstrap, topic, records(400), partitions=4)
-    stream = kafka_stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest", recordsPerTask=1000,
-                          minPartitions=2)
-    seen_partitions = []
+    rows, spark_partitions = _read_once(kafka_stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest",
+                                                     recordsPerTask=1000, minPartitions=2))
+    assert sorted(rows) == coordinates(produced)
+    assert spark_partitions and spark_partitions[0] == 2, "4 Kafka partitions of ~100 records: 2 tasks (minPartitions)"
+
+
+def _read_once(stream) -> tuple[list, list[int]]:
+    """The stream's records (available-now) and each micro-batch's number of Spark partitions."""
+    spark_partitions = []
+    collector = BatchCollector()
 
     def collect(df, batch_id):
-        seen_partitions.append(df.rdd.getNumPartitions())
+        spark_partitions.append(df.rdd.getNumPartitions())
         collector(df, batch_id)
 
-    collector = BatchCollector()
     query = stream.select("topic", "partition", "offset").writeStream.foreachBatch(collect) \
         .trigger(availableNow=True).start()
     assert query.awaitTermination(QUERY_TIMEOUT_S) and query.exception() is None
-    assert sorted(collector.rows) == coordinates(produced)
-    assert seen_partitions and seen_partitions[0] == 2, "4 Kafka partitions of ~100 records: 2 tasks (minPartitions)"
+    return collector.rows, spark_partitions
 
 
 def test_subscribe_pattern_picks_up_a_new_topic_from_its_earliest_offset(spark, bootstrap, topic_factory,
