@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, Protocol
@@ -62,11 +63,19 @@ class Dispatcher:
 
     def __init__(self, sinks: list[Sink]):
         self.sinks = sinks
+        # cleared while a micro-batch runs (its whole computation happens inside df.collect()):
+        # a stop waits for it (streaming.commands.run)
+        self.idle = threading.Event()
+        self.idle.set()
 
     def __call__(self, df, batch_id: int) -> None:
-        batch = OutputBatch.from_rows(batch_id, df.collect())
-        for sink in self.sinks:
-            sink.write(batch)
+        self.idle.clear()
+        try:
+            batch = OutputBatch.from_rows(batch_id, df.collect())
+            for sink in self.sinks:
+                sink.write(batch)
+        finally:
+            self.idle.set()
 
     def close(self) -> None:
         for sink in self.sinks:

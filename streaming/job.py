@@ -168,14 +168,15 @@ class ProgressListener(StreamingQueryListener):
         self.emit(f"query {event.id} stopped" + (f": {event.exception}" if event.exception else ""))
 
 
-def start(spark, settings: Settings, sinks: Iterable[Sink], *, time_mode: str = PROCESSING_TIME,
+def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time_mode: str = PROCESSING_TIME,
           available_now: bool = False, events_df=None, query_name: str = "epochwatch"):
     """Start the detection query over the events topic, or over ``events_df`` (decoded event rows)
-    if given; the caller owns the sinks' lifecycle (Dispatcher.close)."""
+    if given; the caller owns the sinks' lifecycle (Dispatcher.close). Pass a Dispatcher to know
+    when a micro-batch is running (Dispatcher.idle)."""
     output = (detect(events_df, settings.rules, time_mode) if events_df is not None
               else detect_packs(kafka_packs(spark, settings), settings.rules, time_mode))
     writer = (output.writeStream
-              .foreachBatch(Dispatcher(list(sinks)))
+              .foreachBatch(sinks if isinstance(sinks, Dispatcher) else Dispatcher(list(sinks)))
               .option("checkpointLocation", settings.checkpoint_location)
               .queryName(query_name))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(

@@ -63,6 +63,23 @@ def build_sinks(settings: config.Settings, console: bool):
     return sinks, metrics
 
 
+# How long a stop waits for the micro-batch in flight (Kubernetes' default grace period is 30 s).
+BATCH_FINISH_WAIT_S = 20
+
+
+def stop_between_batches(query, dispatcher, wait_s: float = BATCH_FINISH_WAIT_S) -> None:
+    """Stop the query once the micro-batch in flight has reached its sinks, waiting at most
+    ``wait_s``. Stopped inside the batch, its foreachBatch call is interrupted: the batch is
+    computed again at the next start, and Spark 4.3 logs the interruption as a Py4J traceback
+    followed by a java.lang.StackOverflowError (its pattern match over that traceback), which
+    looks like a crash in the job's log."""
+    if not dispatcher.idle.wait(wait_s):
+        logging.getLogger("epochwatch").warning(
+            "the micro-batch in flight did not finish within %.0f s: stopping it (it runs again at the next "
+            "start)", wait_s)
+    query.stop()
+
+
 def run(args) -> int:
     settings = config.load(args.config, parse_overrides(args.set))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -74,7 +91,8 @@ def run(args) -> int:
     spark = build_session("epochwatch", conf=settings.spark)
     sinks, metrics = build_sinks(settings, settings.sinks.console == "on")
     spark.streams.addListener(ProgressListener(metrics))
-    query = start(spark, settings, sinks, time_mode=EVENT_TIME if args.event_time else PROCESSING_TIME,
+    dispatcher = Dispatcher(sinks)
+    query = start(spark, settings, dispatcher, time_mode=EVENT_TIME if args.event_time else PROCESSING_TIME,
                   available_now=args.available_now)
     # Stopping from the signal handler would re-enter py4j while the main thread waits in it:
     # the handler only asks, the main loop stops the query.
@@ -87,8 +105,8 @@ def run(args) -> int:
         pass
     finally:
         if query.isActive:
-            query.stop()
-        Dispatcher(sinks).close()
+            stop_between_batches(query, dispatcher)
+        dispatcher.close()
     if query.exception():
         print(f"epochwatch: the query failed: {query.exception()}", file=sys.stderr)
         return 1

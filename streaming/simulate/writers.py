@@ -104,6 +104,14 @@ class KafkaEventWriter:
             self._report(count, seconds, "done")
         return ProduceStats(count, seconds)
 
+    def close(self, flush_timeout_s: float = 30.0) -> None:
+        """Deliver what is queued and let the client go now: its delivery callback holds it in a
+        reference cycle, so without this it lives (and logs connection failures once the broker
+        is gone) until the garbage collector finds it."""
+        if self._producer is not None:
+            self._producer.flush(flush_timeout_s)
+            self._producer = None
+
     def _report(self, count: int, seconds: float, what: str) -> None:
         rate = count / seconds if seconds > 0 else 0.0
         print(f"epochwatch simulate: {what} {count:,} events to {self.topic} in {seconds:.1f} s ({rate:,.0f}/s)",
