@@ -260,6 +260,20 @@ class LiveTelemetry:
 
 
 
+def job_on_fresh_topics(bootstrap: str, tmp_path: Path, prefix: str, partitions: tuple[int, int, int] = (1, 1, 1),
+                        **config) -> tuple[Path, dict[str, str]]:
+    """Events, alerts and dead-letter topics named after the test (``partitions`` each), and an
+    `epochwatch run` config for them (write_job_config's keyword options in ``config``)."""
+    from streaming.embedded import create_topics
+
+    suffix = tmp_path.name[-10:]
+    topics = {"events": f"{prefix}-ev-{suffix}", "alerts": f"{prefix}-al-{suffix}", "dlq": f"{prefix}-dlq-{suffix}"}
+    create_topics(bootstrap, {topics[name]: count for name, count in zip(("events", "alerts", "dlq"), partitions)})
+    path = write_job_config(tmp_path / "epochwatch.yaml", bootstrap=bootstrap, checkpoint=tmp_path / "checkpoint",
+                            **topics, **config)
+    return path, topics
+
+
 def live_settings(bootstrap: str, tmp_path: Path, *, heartbeat_timeout_ms: int = 3000, **overrides):
     """Settings of an in-process live job (processing time) on fresh topics of ``bootstrap``."""
     import dataclasses

@@ -11,10 +11,9 @@ import time
 
 import pytest
 
-from streaming.embedded import create_topics
 from streaming.simulate import ClusterShape, steady_state
 from streaming.simulate.writers import KafkaEventWriter
-from tests.integration.faults.support import write_job_config
+from tests.integration.faults.support import job_on_fresh_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -25,11 +24,7 @@ RATE = 10_000       # events/s: batches take longer than the trigger interval, o
 def test_sigterm_in_a_busy_job_stops_after_the_batch_without_an_interruption_trace(broker, job_factory, tmp_path,
                                                                                      fault_report):
     bootstrap = broker.bootstrap_servers
-    suffix = tmp_path.name[-10:]
-    topics = {"events": f"term-ev-{suffix}", "alerts": f"term-al-{suffix}", "dlq": f"term-dlq-{suffix}"}
-    create_topics(bootstrap, {topics["events"]: 8, topics["alerts"]: 2, topics["dlq"]: 1})
-    config = write_job_config(tmp_path / "epochwatch.yaml", bootstrap=bootstrap, checkpoint=tmp_path / "checkpoint",
-                              **topics)
+    config, topics = job_on_fresh_topics(bootstrap, tmp_path, "term", partitions=(8, 2, 1))
     stop_producing = threading.Event()
     producer = threading.Thread(target=_produce, args=(bootstrap, topics["events"], stop_producing), daemon=True)
     producer.start()

@@ -21,7 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from streaming.embedded import create_topics
 from streaming.simulate.writers import event_key
 from tests.helpers import wait_until
-from tests.integration.faults.support import LiveTelemetry, broker_pid, live_settings, write_job_config
+from tests.integration.faults.support import LiveTelemetry, broker_pid, job_on_fresh_topics, live_settings
 from tests.unit.rules.builders import hb
 from udfs import avro_codec
 from udfs.kafka_options import parse_source_options
@@ -249,18 +249,14 @@ def test_run_logs_the_outage_and_stops_on_sigterm_while_the_broker_is_down(own_b
                                                                             fault_report):
     """The config keys reach the source through streaming.job; SIGTERM during an outage ends the job."""
     bootstrap = own_broker.bootstrap_servers
-    suffix = tmp_path.name[-10:]
-    topics = {"events": f"out-ev-{suffix}", "alerts": f"out-al-{suffix}", "dlq": f"out-dlq-{suffix}"}
-    create_topics(bootstrap, {topics["events"]: 1, topics["alerts"]: 1, topics["dlq"]: 1})
+    config, topics = job_on_fresh_topics(bootstrap, tmp_path, "out", kafka={
+        "fetchOffset.timeoutMs": REQUEST_TIMEOUT_MS, "kafkaConsumer.pollTimeoutMs": REQUEST_TIMEOUT_MS})
     producer = Producer({"bootstrap.servers": bootstrap})
     now_ms = int(time.time() * 1000)
     for i in range(10):
         event = {**hb(now_ms + i * 250, 1), "cluster_id": "outage-cluster"}
         producer.produce(topics["events"], avro_codec.encode(event), event_key(event))
     assert producer.flush(10) == 0
-    config = write_job_config(tmp_path / "epochwatch.yaml", bootstrap=bootstrap, checkpoint=tmp_path / "checkpoint",
-                              kafka={"fetchOffset.timeoutMs": REQUEST_TIMEOUT_MS,
-                                     "kafkaConsumer.pollTimeoutMs": REQUEST_TIMEOUT_MS}, **topics)
     job = job_factory(config).start()
     job.wait_for_batch(JOB_START_S, "the job's first batch")
 
