@@ -199,8 +199,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         publisher = _dead_letter_publisher(options) if options.dead_letter_topic else None
 
         def decoded():
+            decoders = {}  # one per topic for the whole task: each keeps the schemas it resolved
             for span in partition.spans:
-                decode_message = _decoder(options, span.topic)
+                if span.topic not in decoders:
+                    decoders[span.topic] = _decoder(options, span.topic)
+                decode_message = decoders[span.topic]
                 for messages in fetched(span):
                     batch, dead = record_batches.decoded_batch(messages, decode_message,
                                                                keep_dead_letters_as_rows=publisher is None)
