@@ -13,6 +13,7 @@ import pytest
 
 from streaming.simulate import ClusterShape, steady_state
 from streaming.simulate.writers import KafkaEventWriter
+from tests.helpers import wait_until
 from tests.integration.faults.support import job_on_fresh_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
@@ -30,8 +31,9 @@ def test_sigterm_in_a_busy_job_stops_after_the_batch_without_an_interruption_tra
     producer.start()
     try:
         job = job_factory(config, "--set", "trigger_interval=500 milliseconds").start()  # live: processing time
-        job.wait_for_batch(JOB_START_S, "the job's first batch")
-        time.sleep(5)  # a few full-rate batches
+        first = job.wait_for_batch(JOB_START_S, "the job's first batch")
+        wait_until(lambda: len(job.progress()) >= len(first) + 3, timeout_s=120, interval_s=0.2,
+                   what="three more batches at the full rate")
         asked = time.monotonic()
         code = job.stop(timeout_s=60)
         stop_s = time.monotonic() - asked
