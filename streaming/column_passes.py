@@ -1,5 +1,5 @@
 """Passes over a pack's Arrow columns that the processor runs before it builds any event dict:
-the brokers key skips repeated serves (streaming.rules.served_runs), the clients keys apply their
+the brokers key leaves out repeated serves (streaming.rules.served_runs), the clients keys apply their
 quiet runs (streaming.rules.quiet_responses). The rules decide; this module only reads the
 columns they need, exactly as rules.brokers.serve_columns and rules.clients.response_columns
 read them from dicts (tests/processor compares the two)."""
@@ -14,14 +14,14 @@ from streaming.engine import KeyEngine
 from streaming.rules import records, served_runs
 
 
-def without_repeated_serves(engine: KeyEngine, ready: pa.Table) -> pa.Table:
-    """The brokers key's ready events less the serves that cannot change anything
-    (streaming.rules.served_runs), found on Arrow columns before any dict is built: most of the
-    key's events are such serves. ``ready`` is what the engine applies in this step, in its order."""
-    columns = serve_columns(ready)
+def repeated_serves(engine: KeyEngine, table: pa.Table, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` (the rows of ``table`` the brokers key applies in this step, in the
+    engine's order) are serves that cannot change anything (streaming.rules.served_runs), found
+    on Arrow columns before any dict is built or any row copied: most of the key's events are
+    such serves. For streaming.packs.ready_and_waiting's ``skip``."""
+    columns = {name: values[rows] for name, values in serve_columns(table).items()}
     # late events are left to the engine's own pass, which counts them first
-    skip = engine.table.repeated_serves(**columns) & (columns["time"] >= engine.horizon)
-    return ready.filter(pa.array(~skip)) if skip.any() else ready
+    return engine.table.repeated_serves(**columns) & (columns["time"] >= engine.horizon)
 
 
 def without_quiet_runs(engine: KeyEngine, ready: pa.Table) -> tuple[pa.Table | None, int]:

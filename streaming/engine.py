@@ -84,7 +84,8 @@ class KeyEngine:
     def step(self, new_events: list[dict], horizon: int, applied: int | None = None) -> StepResult:
         """``applied``: None, and the engine runs the passes that skip repeated serves and apply
         quiet responses on the events' dicts; a count, and the caller ran them on the events'
-        columns before building the dicts (streaming.column_passes) and applied that many events."""
+        columns before building the dicts (streaming.column_passes) and applied that many events
+        (the brokers key's pass applies none: 0)."""
         out = StepResult()
         horizon = max(horizon, self.horizon)
         pending = self.buffer + new_events

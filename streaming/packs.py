@@ -181,21 +181,28 @@ def _ipc_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def ready_and_waiting(waiting: pa.Table | None, new: pa.Table | None,
-                      horizon: int) -> tuple[pa.Table | None, pa.Table | None]:
+def ready_and_waiting(waiting: pa.Table | None, new: pa.Table | None, horizon: int,
+                      skip: Callable[[pa.Table, np.ndarray], np.ndarray] | None = None
+                      ) -> tuple[pa.Table | None, pa.Table | None]:
     """Split what waited and what arrived into the events at or before ``horizon`` and the rest,
     each in the order the engine applies events: by event time, ties in arrival order (what
     waited first). Both stay Arrow: a key's waiting events are stored as Arrow IPC, and dicts
-    are built only for the events applied."""
+    are built only for the events applied.
+
+    ``skip(table, rows)``: which of ``rows`` (the ready rows of ``table``, in that order) to leave
+    out of ready. Asked before any row is copied, so the rows left out are never copied at all
+    (most of a busy brokers key's events: streaming.column_passes.repeated_serves)."""
     table = _one_table([t for t in (waiting, new) if t is not None and t.num_rows])
     if table is None:
         return None, None
     times = table.column("event_time").to_numpy()
     order = np.argsort(times, kind="stable")
     cut = int(np.searchsorted(times[order], horizon, side="right"))
-    if cut == len(order) and (order[:-1] < order[1:]).all():
-        return table, None  # already in order and all ready: no copy
     ready, later = order[:cut], order[cut:]
+    if skip is not None and len(ready):
+        ready = ready[~skip(table, ready)]
+    if len(ready) == table.num_rows and (ready[:-1] < ready[1:]).all():
+        return table, None  # already in order and all ready: no copy
     return (table.take(ready) if len(ready) else None), (table.take(later) if len(later) else None)
 
 

@@ -20,6 +20,7 @@ overtaken by the clock.
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 import random
@@ -147,12 +148,15 @@ class EpochwatchProcessor(StatefulProcessor):
                 offset = max(now - newest, 0)
             horizon = now - offset
         # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
-        ready, waiting = ready_and_waiting(stored.waiting, table, max(horizon, engine.horizon))
-        # None: the engine runs its own pass on the dicts too; for brokers that pass also skips
-        # late serves (this one leaves them: the engine counts late events first)
+        skip = functools.partial(column_passes.repeated_serves, engine) if kind == "brokers" else None
+        ready, waiting = ready_and_waiting(stored.waiting, table, max(horizon, engine.horizon), skip)
+        # None: the engine runs its own pass on the dicts too
         applied = None
-        if kind == "brokers" and ready is not None:
-            ready = column_passes.without_repeated_serves(engine, ready)
+        if kind == "brokers" and ready is not None and pc.min(ready.column("event_time")).as_py() >= engine.horizon:
+            # No late event: the pass above saw them all (it leaves late serves to the engine's
+            # pass, which counts them first). A serve the engine's pass might still find changes
+            # nothing whether it is skipped or applied.
+            applied = 0
         elif kind == "clients" and ready is not None:
             # the same rule as the engine's pass (late events are no quiet runs): nothing left for it
             ready, applied = column_passes.without_quiet_runs(engine, ready)

@@ -4,6 +4,8 @@ reads from dicts, and a brokers key must emit exactly what it emits applying eve
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -38,7 +40,7 @@ def _run(events: list[dict], key: tuple, batch: int, skip: bool, rules: RuleSett
     late); every output row and the final state."""
     with pytest.MonkeyPatch.context() as mp:
         if not skip:
-            mp.setattr(column_passes, "without_repeated_serves", lambda engine, ready: ready)
+            mp.setattr(column_passes, "repeated_serves", lambda engine, table, rows: np.zeros(len(rows), bool))
             mp.setattr(BrokerFleet, "without_repeated_serves", lambda self, ready: ready)
         tester, rows = feed_in_batches(events, key, batch, rules)
         state = (tester.peekListState("brokers", key), tester.peekValueState("cluster", key),
@@ -69,8 +71,8 @@ def _kept_times(waited: list[dict], arrived: list[dict], horizon: int) -> list[i
     engine.step([hb(0, 1), update(10, 1, 10)], 10)
     key = ("c1", "brokers", 0)
     waiting = read_packs(*packed(waited, key)) if waited else None
-    ready, _ = ready_and_waiting(waiting, read_packs(*packed(arrived, key)), horizon)
-    kept = column_passes.without_repeated_serves(engine, ready)
+    skip = functools.partial(column_passes.repeated_serves, engine)
+    kept, _ = ready_and_waiting(waiting, read_packs(*packed(arrived, key)), horizon, skip)
     return [t for t, kind in zip(kept.column("event_time").to_pylist(), kept.column("event_type").to_pylist())
             if kind == "metadata_response"]
 

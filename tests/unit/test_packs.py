@@ -1,9 +1,9 @@
 """streaming.packs: routed rows -> one pack per state key -> the same events back."""
 
+import pickle
 from datetime import datetime, timezone
 
-import pickle
-
+import numpy as np
 import pyarrow as pa
 
 from streaming.packs import (CLOCK_KIND, PACK_SCHEMA, from_ipc_chunks, pack, ready_and_waiting, route_and_pack,
@@ -158,6 +158,26 @@ def test_ready_and_waiting_with_nothing_on_either_side():
     assert ready is None and waiting.column("event_id").to_pylist() == ["a", "b"]
     assert ready_and_waiting(None, None, horizon=0) == (None, None)
 
+
+
+def test_ready_and_waiting_leaves_out_what_skip_picks_among_the_ready_rows_only():
+    """Why: the brokers key leaves its repeated serves out of ready without copying them; skip
+    must see the ready rows in the engine's order, and what waits must stay whole (a row past
+    the horizon is not this step's to judge)."""
+    waited = _timed((300, "w1"))
+    new = _timed((200, "n1"), (100, "n2"), (900, "n3"))
+    seen = []
+
+    def skip(table, rows):
+        seen.append(table.take(rows).column("event_id").to_pylist())
+        return np.array([eid == "w1" for eid in seen[-1]])
+
+    ready, waiting = ready_and_waiting(waited, new, horizon=500, skip=skip)
+    assert seen == [["n2", "n1", "w1"]]
+    assert ready.column("event_id").to_pylist() == ["n2", "n1"]
+    assert waiting.column("event_id").to_pylist() == ["n3"]
+    everything = lambda table, rows: np.ones(len(rows), bool)
+    assert ready_and_waiting(None, new, horizon=500, skip=everything)[0] is None
 
 def test_waiting_events_round_trip_through_ipc_chunks_and_old_pickles_load():
     """Why: waiting events are stored in bounded chunks; a checkpoint of an older version holds
