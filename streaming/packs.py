@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
-from streaming.routing import route_batch
+from streaming.routing import SERVED_EPOCH_FIELDS, route_batch
 
 KEY_COLUMNS = ("cluster_id", "kind", "shard")
 CLOCK_KIND = "clock"
@@ -110,7 +110,10 @@ def pack(table: pa.Table, records: int = 0) -> pa.RecordBatch:
         out["shard"].append(shard)
         out["event_time"].append(None)
         out["events"].append(end - start)
-        out["payload"].append(_ipc_bytes(_without_empty_columns(grouped.slice(start, end - start))))
+        events_of_key = grouped.slice(start, end - start)
+        if kind == "brokers":
+            events_of_key = _served_epochs_narrowed(events_of_key)
+        out["payload"].append(_ipc_bytes(_without_empty_columns(events_of_key)))
         out["clock_ms"].append(clock_ms)
     if clock_ms is not None or records:
         clock = ("", CLOCK_KIND, 0, None if clock_ms is None else clock_ms * 1000, records, b"", clock_ms)
@@ -161,6 +164,19 @@ def _event_columns(table: pa.Table) -> pa.Table:
         names.append("event_time")
         arrays.append(table.column("event_ms"))
     return pa.table(arrays, names=names)
+
+
+def _served_epochs_narrowed(table: pa.Table) -> pa.Table:
+    """A brokers pack's metadata responses with only the fields the brokers key reads of them
+    (SERVED_EPOCH_FIELDS): most of a busy key's events are such serves, and the rest (event id,
+    Kafka coordinates, what the client got) would be shuffled, stored while waiting and read back
+    for nothing. The clients key that owns the response gets all of it."""
+    served = pc.fill_null(pc.equal(table.column("event_type"), "metadata_response"), False)
+    if not pc.any(served).as_py():
+        return table
+    columns = [column if name in SERVED_EPOCH_FIELDS else pc.if_else(served, pa.scalar(None, column.type), column)
+               for name, column in zip(table.column_names, table.columns)]
+    return pa.table(columns, names=table.column_names)
 
 
 def _without_empty_columns(table: pa.Table) -> pa.Table:

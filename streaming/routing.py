@@ -21,6 +21,10 @@ import pyarrow.compute as pc
 from streaming import events
 
 DEAD_LETTER_SHARDS = 4
+# What the brokers key reads of a metadata response it gets as a served epoch
+# (BrokerFleet.on_served_epoch, engine.invalid_reason, rules.served_runs): its packs carry no more
+SERVED_EPOCH_FIELDS = frozenset({"event_type", "cluster_id", "event_time", "client_id", "broker_id",
+                                 "metadata_epoch", "error_code"})
 # The key each event type belongs to (routes() puts it first). An invalid event is reported
 # (dead-lettered) by that key only: the others it feeds skip it, so the dead-letter topic gets it once.
 OWNER_KIND = {"broker_heartbeat": "brokers", "metadata_update": "brokers", "metadata_response": "clients",

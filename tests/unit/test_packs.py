@@ -71,6 +71,23 @@ def test_unpack_gives_back_each_event_with_its_own_fields_and_times_in_ms():
     ]
 
 
+def test_a_brokers_pack_carries_of_a_response_only_what_the_brokers_key_reads():
+    """Why: most of a busy brokers key's events are the epochs its brokers served, shuffled and
+    read back every micro-batch; the clients key that owns the response (and dead-letters it if
+    invalid) must still get every field, and the brokers' own events keep theirs."""
+    response = dict(event_type="metadata_response", event_id="e1", client_id="a", broker_id=2, metadata_epoch=4,
+                    error_code=0, broker_count=3, response_cluster_id="c1", kafka_offset=17)
+    beat = dict(event_type="broker_heartbeat", event_id="e2", broker_id=1, incarnation_id=7, kafka_offset=18)
+    rows = [routed("brokers", 0, T0 + 1, **response), routed("clients", 3, T0 + 1, **response),
+            routed("brokers", 0, T0 + 2, **beat)]
+    brokers, clients = (unpack(p["payload"]) for p in pack(table(rows)).to_pylist()[:2])
+    assert brokers == [
+        {"cluster_id": "c1", "event_type": "metadata_response", "client_id": "a", "broker_id": 2,
+         "metadata_epoch": 4, "error_code": 0, "event_time": T0 + 1},
+        {"cluster_id": "c1", **beat, "event_time": T0 + 2}]
+    assert clients == [{"cluster_id": "c1", **response, "event_time": T0 + 1}]
+
+
 def test_dead_letter_bytes_survive_the_pack():
     (letter,) = unpack(pack(table(ROWS)).column("payload")[3].as_py())
     assert letter == {"cluster_id": "", "dlq_reason": "bad_magic_byte", "raw_value": b"\x07junk"}
