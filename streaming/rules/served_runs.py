@@ -48,9 +48,9 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
     if n < 3 or half < 1:
         return skip
     serve = (kind == RESPONSE) & (epoch >= 0) & (error == 0) & (broker >= 0) & (time >= 0) & usable
+    codes, ids = _broker_codes(broker)
     if last_served:
-        brokers, where = np.unique(broker, return_inverse=True)
-        known = np.array([last_served.get(b, -1) for b in brokers.tolist()], np.int64)[where]
+        known = np.array([last_served.get(b, -1) for b in ids.tolist()], np.int64)[codes]
         serve &= time >= known  # older than the broker's last serve: cannot anchor a run
     heartbeat = (kind == HEARTBEAT) & (broker >= 0)
     update = (kind == UPDATE) & (broker >= 0)  # that broker's applied epoch may change
@@ -62,7 +62,7 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
     rows = np.flatnonzero(heartbeat | update | ((kind == RESPONSE) & (broker >= 0)))
     if len(rows) < 3:
         return skip
-    rows = rows[np.lexsort((rows, broker[rows]))]  # each broker's events, in step order
+    rows = rows[np.argsort(codes[rows], kind="stable")]  # each broker's events, in step order
     beat = heartbeat[rows]
     beats = np.cumsum(beat)  # differs between two rows of a broker with its heartbeat between
     rows, beats = rows[~beat], beats[~beat]
@@ -81,3 +81,18 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
     inside = linked[:-1] & linked[1:] & same_bucket_before & same_bucket_after
     skip[rows[inside]] = True
     return skip
+
+
+def _broker_codes(broker: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A code per row that orders as the broker ids do, and the id of each code.
+
+    Broker ids of a cluster span a few thousand values at most: offsets from the smallest fit in
+    16 bits, which numpy sorts stably by radix, several times faster than np.unique's or lexsort's
+    comparison sorts over a catch-up batch's ~850,000 rows. Ids spread wider (absurd ones from
+    hostile input) take np.unique."""
+    low = int(broker.min(initial=0))
+    span = int(broker.max(initial=0)) - low + 1
+    if span <= 1 << 16:
+        return (broker - low).astype(np.uint16), np.arange(low, low + span)
+    ids, codes = np.unique(broker, return_inverse=True)
+    return codes, ids

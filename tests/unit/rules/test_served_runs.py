@@ -83,6 +83,10 @@ CASES = [
     #    bucket edge, so kept serves stay less than the grace apart.
     (_serves([GRACE // 2 - 200, GRACE // 2 - 100, GRACE // 2 - 50, GRACE // 2 + 50, GRACE // 2 + 100,
               GRACE // 2 + 200]), [GRACE // 2 - 200, GRACE // 2 - 50, GRACE // 2 + 50, GRACE // 2 + 200]),
+    # 10. Broker ids far apart (the largest int32 beside 1: the pass's fast 16-bit path does not
+    #     apply) change nothing: each broker still has its own run.
+    (sorted(_serves(range(100, 600, 100)) + _serves(range(150, 650, 100), broker=2**31 - 1),
+            key=lambda e: e["event_time"]), [100, 150, 500, 550]),
 ]
 
 
