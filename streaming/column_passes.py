@@ -53,7 +53,8 @@ def serve_columns(table: pa.Table) -> dict[str, np.ndarray]:
     return {"kind": codes.to_numpy().astype(np.int8), "broker": _ints(table, "broker_id", -1),
             "epoch": _ints(table, "metadata_epoch", -2), "error": _ints(table, "error_code", 0),
             "time": _ints(table, "event_time", records.NO_TIME),
-            "usable": _set(table, "client_id") & _set(table, "cluster_id")}
+            "controller_epoch": _ints(table, "controller_epoch", -1), "controller_id": _ints(table, "controller_id", -1),
+            "named": _set(table, "cluster_id"), "usable": _set(table, "client_id") & _set(table, "cluster_id")}
 
 
 def _ints(table: pa.Table, name: str, missing: int) -> np.ndarray:

@@ -169,7 +169,7 @@ class BrokerFleet:
     def repeated_serves(self, **columns) -> np.ndarray:
         """served_runs.repeated_serves against this fleet's state before the step."""
         return served_runs.repeated_serves(
-            **columns, newest_epoch=self.cluster.newest_epoch,
+            **columns, newest_epoch=self.cluster.newest_epoch, controller=self.cluster.controller_epoch,
             last_served={bid: b.last_served_ms for bid, b in self.brokers.items() if b.last_served_ms != NO_TIME},
             grace_ms=self.settings.metadata_lag_grace_ms)
 
@@ -408,6 +408,8 @@ def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:
 
     return {"kind": np.fromiter((codes.get(ev["event_type"], served_runs.OTHER) for ev in events), np.int8, n),
             "broker": ints("broker_id", -1), "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
-            "time": ints("event_time", NO_TIME),
+            "time": ints("event_time", NO_TIME), "controller_epoch": ints("controller_epoch", -1),
+            "controller_id": ints("controller_id", -1),
+            "named": np.fromiter((bool(ev.get("cluster_id")) for ev in events), bool, n),
             # what streaming.engine.invalid_reason requires of a metadata response
             "usable": np.fromiter((bool(ev.get("client_id")) and bool(ev.get("cluster_id")) for ev in events), bool, n)}

@@ -33,15 +33,18 @@ KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES, start=1)}
 
 
 def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, error: np.ndarray,
-                    time: np.ndarray, usable: np.ndarray, newest_epoch: int, last_served: dict[int, int],
+                    time: np.ndarray, controller_epoch: np.ndarray, controller_id: np.ndarray, named: np.ndarray,
+                    usable: np.ndarray, newest_epoch: int, controller: int, last_served: dict[int, int],
                     grace_ms: int) -> np.ndarray:
     """A mask of the events to skip, for events in the order the engine applies them.
 
-    ``kind``: KIND_CODES; ``broker`` -1, ``epoch`` -2 and ``error`` 0 where the event has none;
-    ``usable``: client and cluster id are set (with ``time`` >= 0, what the engine's validity
-    checks ask of a response); ``newest_epoch``: the cluster's newest epoch before the step
-    (updates above it may raise it, and end every run); ``last_served``: each broker's
-    ``last_served_ms`` before the step (a serve older than that cannot anchor a run)."""
+    ``kind``: KIND_CODES; ``broker``, ``controller_epoch`` and ``controller_id`` -1, ``epoch`` -2
+    and ``error`` 0 where the event has none; ``named``: the cluster id is set; ``usable``: client
+    and cluster id are set (with ``time`` >= 0, what the engine's validity checks ask of a
+    response); ``newest_epoch`` and ``controller``: the cluster's newest metadata epoch and
+    controller epoch before the step (updates above the newest may raise it, and end every run);
+    ``last_served``: each broker's ``last_served_ms`` before the step (a serve older than that
+    cannot anchor a run)."""
     n = len(kind)
     skip = np.zeros(n, dtype=bool)
     half = grace_ms // 2
@@ -54,7 +57,8 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
         serve &= time >= known  # older than the broker's last serve: cannot anchor a run
     heartbeat = (kind == HEARTBEAT) & (broker >= 0)
     update = (kind == UPDATE) & (broker >= 0)  # that broker's applied epoch may change
-    segment = np.cumsum((kind == UPDATE) & (epoch > newest_epoch))  # may raise the newest epoch
+    segment = np.cumsum((kind == UPDATE) & (epoch > _newest_floor(kind, epoch, time, broker, controller_epoch,
+                                                                  controller_id, named, newest_epoch, controller)))
     # within a segment the newest epoch is at most this (updates that would raise it start the next)
     newest = np.maximum.accumulate(np.where(kind == UPDATE, epoch, newest_epoch))
     # a response that is no plain serve (an error, epoch -1, too old) ends the run too: rare, and
@@ -96,3 +100,22 @@ def _broker_codes(broker: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return (broker - low).astype(np.uint16), np.arange(low, low + span)
     ids, codes = np.unique(broker, return_inverse=True)
     return codes, ids
+
+
+def _newest_floor(kind: np.ndarray, epoch: np.ndarray, time: np.ndarray, broker: np.ndarray,
+                  controller_epoch: np.ndarray, controller_id: np.ndarray, named: np.ndarray,
+                  newest_epoch: int, controller: int) -> np.ndarray:
+    """Per event, an epoch the cluster's newest is certainly at or above just before it: only an
+    update above that may raise the newest (and so start a segment).
+
+    The 1,000 brokers of a fleet each apply every new epoch: without this, each of those updates
+    would end every broker's run, not only the first one. An update certainly raised the newest
+    to its epoch if the engine applies it: valid (engine.invalid_reason) and from a controller
+    epoch at least every one seen so far in the step or before it (BrokerFleet.on_metadata_update
+    ignores a deposed controller's update, and no broker applied a later controller's)."""
+    update = kind == UPDATE
+    newest_controller = np.maximum.accumulate(np.maximum(controller_epoch, controller))
+    valid = (broker >= 0) & (epoch >= 0) & (time >= 0) & (controller_epoch >= 0) & (controller_id >= 0) & named
+    applied = update & valid & (controller_epoch >= newest_controller)
+    floor_after = np.maximum.accumulate(np.where(applied, epoch, newest_epoch))
+    return np.concatenate(([newest_epoch], floor_after[:-1]))

@@ -87,6 +87,16 @@ CASES = [
     #     apply) change nothing: each broker still has its own run.
     (sorted(_serves(range(100, 600, 100)) + _serves(range(150, 650, 100), broker=2**31 - 1),
             key=lambda e: e["event_time"]), [100, 150, 500, 550]),
+    # 11. Once an update of the step raised the newest epoch, the other brokers applying the same
+    #     epoch end no run (a fleet's 1,000 brokers each apply every epoch).
+    (_serves([100, 200, 300]) + [update(350, 2, 11)] + _serves([400]) + [update(450, 3, 11)] + _serves([500, 600]),
+     [100, 300, 400, 600]),
+    # 12. ... but an update from a controller epoch below one already seen may have been ignored
+    #     (a deposed controller's, for a broker that applied the newer one's): it raised nothing
+    #     for sure, so the next update to that epoch still ends every run.
+    ([update(50, 2, 10, controller_epoch=2)] + _serves([100, 200, 300]) + [update(350, 2, 11, controller_epoch=1)]
+     + _serves([400, 500]) + [update(550, 3, 11, controller_epoch=2)] + _serves([600, 700, 800]),
+     [100, 300, 400, 500, 600, 800]),
 ]
 
 
