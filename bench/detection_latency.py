@@ -26,6 +26,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from streaming import config
+    from streaming.commands.run import stop_between_batches
+    from streaming.dispatch import Dispatcher
     from streaming.embedded import EmbeddedBroker, create_topics
     from streaming.job import start
     from streaming.metrics import input_records
@@ -86,7 +88,8 @@ def main(argv=None) -> int:
                     sent += len(batch)
                 stop.wait(tick)
 
-        query = start(spark, settings, [LatencySink()], time_mode=PROCESSING_TIME, query_name="latency")
+        dispatcher = Dispatcher([LatencySink()])
+        query = start(spark, settings, dispatcher, time_mode=PROCESSING_TIME, query_name="latency")
         producer = threading.Thread(target=produce, daemon=True)
         producer.start()
         deadline = time.time() + 180
@@ -96,9 +99,10 @@ def main(argv=None) -> int:
         time.sleep(args.seconds)
         stop.set()
         producer.join()
+        writer.close()
         time.sleep(15)  # let the last injections come through
         progress = query.recentProgress
-        query.stop()
+        stop_between_batches(query, dispatcher)
 
     lat = sorted(emitted[b] - t for b, t in injected.items() if b in emitted)
     missing = len(injected) - len(lat)

@@ -51,7 +51,8 @@ def load(bootstrap: str, n: int) -> int:
 
     create_topics(bootstrap, {TOPIC: PARTITIONS})
     events = list(fleet_events(n))
-    load_events(KafkaEventWriter(bootstrap, TOPIC), events, PARTITIONS)
+    with KafkaEventWriter(bootstrap, TOPIC) as writer:
+        load_events(writer, events, PARTITIONS)
     return len(events)
 
 

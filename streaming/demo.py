@@ -136,7 +136,8 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
         out.write(f"embedded Kafka (tansu) on {bootstrap}; topics {k.events_topic}, {k.alerts_topic}, {k.dlq_topic}\n")
         describe(names, events, truths, out)
         _produce_garbage(bootstrap, k.events_topic)
-        load_events(KafkaEventWriter(bootstrap, k.events_topic, progress=None), events, EVENT_PARTITIONS)
+        with KafkaEventWriter(bootstrap, k.events_topic, progress=None) as writer:
+            load_events(writer, events, EVENT_PARTITIONS)
         out.write(f"produced {len(events):,} events and {len(GARBAGE)} malformed records; starting the Spark job\n\n")
         out.flush()
 

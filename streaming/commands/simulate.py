@@ -155,9 +155,9 @@ def _produce(args, settings, stream) -> int:
         from udfs.avro_codec import RegistryCatalog
 
         catalog = RegistryCatalog(settings.kafka.schema_registry_url, _topic(args, settings))
-    writer = KafkaEventWriter(bootstrap, _topic(args, settings), encoding=encoding, catalog=catalog,
-                              client=settings.kafka.client if settings else None)
-    return writer.write(stream).events
+    with KafkaEventWriter(bootstrap, _topic(args, settings), encoding=encoding, catalog=catalog,
+                          client=settings.kafka.client if settings else None) as writer:
+        return writer.write(stream).events
 
 
 def _write_stdout(stream) -> int:

@@ -104,6 +104,12 @@ class KafkaEventWriter:
             self._report(count, seconds, "done")
         return ProduceStats(count, seconds)
 
+    def __enter__(self) -> "KafkaEventWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self, flush_timeout_s: float = 30.0) -> None:
         """Deliver what is queued and let the client go now: its delivery callback holds it in a
         reference cycle, so without this it lives (and logs connection failures once the broker

@@ -34,7 +34,8 @@ def scenario_run(broker, spark, tmp_path_factory):
                                    checkpoint_location=str(tmp_path_factory.mktemp("ckpt")))
     k = settings.kafka
     create_topics(broker.bootstrap_servers, {k.events_topic: EVENT_PARTITIONS, k.alerts_topic: 4, k.dlq_topic: 1})
-    load_events(KafkaEventWriter(broker.bootstrap_servers, k.events_topic, progress=None), events, EVENT_PARTITIONS)
+    with KafkaEventWriter(broker.bootstrap_servers, k.events_topic, progress=None) as writer:
+        load_events(writer, events, EVENT_PARTITIONS)
     memory, kafka_sink = MemorySink(), KafkaOutputSink(settings)
     query = start(spark, settings, [kafka_sink, memory], time_mode=EVENT_TIME,
                   available_now=True, query_name=f"e2e-{suffix}")

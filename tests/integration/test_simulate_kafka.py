@@ -57,7 +57,8 @@ def assert_same_events(records, produced: list[dict], decode) -> None:
 def test_a_scenario_round_trips_through_the_broker_in_the_wire_format(broker, topic_factory):
     topic = topic_factory(partitions=3, prefix="sim")
     produced = run_scenario("partitioned_broker").events
-    stats = KafkaEventWriter(broker.bootstrap_servers, topic, progress=None).write(produced)
+    with KafkaEventWriter(broker.bootstrap_servers, topic, progress=None) as writer:
+        stats = writer.write(produced)
     assert stats.events == len(produced)
     records = read_back(broker.bootstrap_servers, topic, 3, len(produced))
     assert_same_events(records, produced, lambda m: avro_codec.decode(m.value()))
@@ -67,7 +68,8 @@ def test_a_scenario_round_trips_through_the_broker_in_the_wire_format(broker, to
 def test_schemaless_values_carry_the_event_type_header(broker, topic_factory):
     topic = topic_factory(partitions=2, prefix="sim-schemaless")
     produced = run_scenario("proxy_rebootstrap_required").events
-    KafkaEventWriter(broker.bootstrap_servers, topic, encoding="schemaless", progress=None).write(produced)
+    with KafkaEventWriter(broker.bootstrap_servers, topic, encoding="schemaless", progress=None) as writer:
+        writer.write(produced)
 
     def decode(msg):
         headers = dict(msg.headers())

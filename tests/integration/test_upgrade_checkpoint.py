@@ -51,6 +51,7 @@ def test_a_checkpoint_of_the_row_query_is_continued_by_the_packed_one(broker, sp
     assert open_before, "the cut must fall inside an incident, or nothing carried over is checked"
 
     load_events(writer, events[cut:], EVENT_PARTITIONS)
+    writer.close()
     after, read_after = _run(spark, settings, f"new-{tmp_path.name}")
     assert (read_before, read_after) == (cut, len(events) - cut), "every record read once, across the upgrade"
     repeated = [k for k, n in Counter(a["event_id"] for a in before + after).items() if n > 1]

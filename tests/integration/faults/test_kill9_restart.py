@@ -49,7 +49,8 @@ def test_kill9_mid_incident_then_restart_loses_nothing_and_forks_nothing(broker,
     topics = {"events": f"k9-ev-{suffix}", "alerts": f"k9-al-{suffix}", "dlq": f"k9-dlq-{suffix}"}
     create_topics(broker.bootstrap_servers, {topics["events"]: EVENT_PARTITIONS, topics["alerts"]: 4,
                                              topics["dlq"]: 1})
-    load_events(KafkaEventWriter(broker.bootstrap_servers, topics["events"], progress=None), events, EVENT_PARTITIONS)
+    with KafkaEventWriter(broker.bootstrap_servers, topics["events"], progress=None) as writer:
+        load_events(writer, events, EVENT_PARTITIONS)
 
     config = write_job_config(tmp_path / "epochwatch.yaml", bootstrap=broker.bootstrap_servers,
                               checkpoint=tmp_path / "checkpoint", rules=settings_dict(rules),

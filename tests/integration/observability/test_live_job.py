@@ -53,8 +53,8 @@ def test_silent_cluster_pages_through_alertmanager(broker, spark, alertmanager, 
     query = start(spark, settings, [kafka_sink, am, memory], time_mode=PROCESSING_TIME,
                   query_name=f"live-{suffix}")
     stop, sent = threading.Event(), []
-    producer = threading.Thread(target=_heartbeats_until,
-                                args=(stop, KafkaEventWriter(broker.bootstrap_servers, k.events_topic, progress=None), sent))
+    writer = KafkaEventWriter(broker.bootstrap_servers, k.events_topic, progress=None)
+    producer = threading.Thread(target=_heartbeats_until, args=(stop, writer, sent))
     producer.start()
     try:
         wait_until(lambda: any(s["state"] == "ACTIVE" for s in memory.all("broker_status")), timeout_s=120,
@@ -76,6 +76,8 @@ def test_silent_cluster_pages_through_alertmanager(broker, spark, alertmanager, 
         wait_until(lambda: webhook.alerts("/pager"), timeout_s=30, what="the critical page on the pager receiver")
     finally:
         stop.set()
+        producer.join()
+        writer.close()
         query.stop()
         am.close()
         kafka_sink.close()

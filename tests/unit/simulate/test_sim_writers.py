@@ -63,3 +63,11 @@ def test_close_with_nothing_queued_returns_at_once_and_twice_is_harmless():
     writer.close()
     assert time.monotonic() - started < 5
     assert writer._producer is None, "the client is released, not kept until a garbage collection"
+
+
+def test_a_writer_used_as_a_context_manager_releases_its_client_on_exit():
+    """Why: every loader (demo, benchmarks, tests) writes then lets the broker go; the client
+    must be gone by then, not whenever a garbage collection finds it."""
+    with KafkaEventWriter("127.0.0.1:9", "events", progress=None) as writer:
+        assert writer._producer is not None
+    assert writer._producer is None
