@@ -170,9 +170,10 @@ def _events_by_key(rows: list[dict]) -> dict:
             continue
         events = unpack(bytes(row["payload"]))
         assert len(events) == row["events"]
+        # a brokers pack's served epochs carry no Kafka coordinates (routing.SERVED_EPOCH_FIELDS)
         by_key.setdefault((row["cluster_id"], row["kind"], row["shard"]), []).extend(
-            sorted((e["kafka_partition"], e["kafka_offset"], tuple(sorted((k, repr(v)) for k, v in e.items())))
-                   for e in events))
+            sorted((e.get("kafka_partition", -1), e.get("kafka_offset", -1),
+                    tuple(sorted((k, repr(v)) for k, v in e.items()))) for e in events))
     return {k: sorted(v) for k, v in by_key.items()}, records
 
 
