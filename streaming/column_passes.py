@@ -54,7 +54,7 @@ def serve_columns(table: pa.Table) -> dict[str, np.ndarray]:
             "epoch": _ints(table, "metadata_epoch", -2), "error": _ints(table, "error_code", 0),
             "time": _ints(table, "event_time", records.NO_TIME),
             "controller_epoch": _ints(table, "controller_epoch", -1), "controller_id": _ints(table, "controller_id", -1),
-            "named": _set(table, "cluster_id"), "usable": _set(table, "client_id") & _set(table, "cluster_id")}
+            "named": _set(table, "cluster_id"), "has_client": _set(table, "client_id")}
 
 
 def _ints(table: pa.Table, name: str, missing: int) -> np.ndarray:

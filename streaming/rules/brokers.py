@@ -410,6 +410,6 @@ def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:
             "broker": ints("broker_id", -1), "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
             "time": ints("event_time", NO_TIME), "controller_epoch": ints("controller_epoch", -1),
             "controller_id": ints("controller_id", -1),
+            # with the time, what streaming.engine.invalid_reason requires of a metadata response
             "named": np.fromiter((bool(ev.get("cluster_id")) for ev in events), bool, n),
-            # what streaming.engine.invalid_reason requires of a metadata response
-            "usable": np.fromiter((bool(ev.get("client_id")) and bool(ev.get("cluster_id")) for ev in events), bool, n)}
+            "has_client": np.fromiter((bool(ev.get("client_id")) for ev in events), bool, n)}

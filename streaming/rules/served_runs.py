@@ -34,13 +34,13 @@ KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES, start=1)}
 
 def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, error: np.ndarray,
                     time: np.ndarray, controller_epoch: np.ndarray, controller_id: np.ndarray, named: np.ndarray,
-                    usable: np.ndarray, newest_epoch: int, controller: int, last_served: dict[int, int],
+                    has_client: np.ndarray, newest_epoch: int, controller: int, last_served: dict[int, int],
                     grace_ms: int) -> np.ndarray:
     """A mask of the events to skip, for events in the order the engine applies them.
 
     ``kind``: KIND_CODES; ``broker``, ``controller_epoch`` and ``controller_id`` -1, ``epoch`` -2
-    and ``error`` 0 where the event has none; ``named``: the cluster id is set; ``usable``: client
-    and cluster id are set (with ``time`` >= 0, what the engine's validity checks ask of a
+    and ``error`` 0 where the event has none; ``named`` and ``has_client``: the cluster id, the
+    client id is set (both, with ``time`` >= 0, are what the engine's validity checks ask of a
     response); ``newest_epoch`` and ``controller``: the cluster's newest metadata epoch and
     controller epoch before the step (updates above the newest may raise it, and end every run);
     ``last_served``: each broker's ``last_served_ms`` before the step (a serve older than that
@@ -50,7 +50,7 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
     half = grace_ms // 2
     if n < 3 or half < 1:
         return skip
-    serve = (kind == RESPONSE) & (epoch >= 0) & (error == 0) & (broker >= 0) & (time >= 0) & usable
+    serve = (kind == RESPONSE) & (epoch >= 0) & (error == 0) & (broker >= 0) & (time >= 0) & named & has_client
     codes, ids = _broker_codes(broker)
     if last_served:
         known = np.array([last_served.get(b, -1) for b in ids.tolist()], np.int64)[codes]
