@@ -55,18 +55,34 @@ def test_dispatcher_is_idle_again_after_a_failed_batch():
     assert dispatcher.idle.is_set(), "a failed batch must not hold a stop for the whole wait"
 
 
+class WatchedEvent(threading.Event):
+    """An Event that says when somebody starts waiting on it."""
+
+    def __init__(self):
+        super().__init__()
+        self.waited_on = threading.Event()
+
+    def wait(self, timeout=None):
+        self.waited_on.set()
+        return super().wait(timeout)
+
+
 def test_stop_waits_for_the_batch_in_flight():
     dispatcher, query = Dispatcher([]), Query()
-    dispatcher.idle.clear()  # a batch is running
+    dispatcher.idle = WatchedEvent()  # cleared: a batch is running
     done_at = []
 
     def batch_ends():
-        time.sleep(0.3)
+        # the batch ends only once the stop is waiting for it
+        assert dispatcher.idle.waited_on.wait(10), "the stop never waited"
+        assert query.stopped_at is None, "stopped inside the batch"
         done_at.append(time.monotonic())
         dispatcher.idle.set()
 
-    threading.Thread(target=batch_ends).start()
+    ender = threading.Thread(target=batch_ends)
+    ender.start()
     stop_between_batches(query, dispatcher, wait_s=10)
+    ender.join()
     assert done_at and query.stopped_at >= done_at[0], "stopped only after the batch reached its sinks"
 
 
