@@ -1,5 +1,6 @@
 """Build the SparkSession the job and the tests share: RocksDB state store (transformWithState
-needs it), Python workers on this interpreter, the project's data sources registered."""
+needs it), Python workers on this interpreter, the project's data sources registered, and Spark's
+Python processes importing the installed pyspark (streaming.spark_home)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import re
 import sys
 from typing import Mapping
+
+from streaming.spark_home import use_zipless_home
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -33,7 +36,11 @@ def build_session(app_name: str = "epochwatch", master: str | None = None, conf:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is None:  # the JVM reads SPARK_HOME once, at its start
+        use_zipless_home()
 
     builder = SparkSession.builder.appName(app_name)
     if master or not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):

@@ -27,7 +27,8 @@ _SPARK_ZIP = re.compile(r"(?P<package>pyspark)\.zip|(?P<py4j>py4j)-[0-9.]+-src\.
 
 def without_redundant_archives(path: list[str]) -> list[str]:
     """``path`` less Spark's zips whose package is also installed elsewhere on it, same version,
-    and less jars that hold no Python module."""
+    less jars that hold no Python module, and less Spark's archives that are not there (Spark
+    names its zips whether or not they exist: streaming.spark_home's Spark home has none)."""
     kept = list(path)
     for entry in path:
         if _redundant(entry, [p for p in kept if p != entry]):
@@ -36,6 +37,8 @@ def without_redundant_archives(path: list[str]) -> list[str]:
 
 
 def _redundant(entry: str, others: list[str]) -> bool:
+    if (entry.endswith(".jar") or _SPARK_ZIP.fullmatch(Path(entry).name)) and not Path(entry).exists():
+        return True
     package = _zipped_package(entry)
     if package is None:
         return _python_free_jar(entry)

@@ -19,3 +19,22 @@ def test_workers_import_pyspark_from_the_installed_package_not_sparks_zip(spark)
                                                           "pyspark string, archives array<string>").collect()
     assert ".zip" not in row.pyspark
     assert not [a for a in row.archives if a.endswith(("pyspark.zip", "-src.zip", ".jar"))]
+
+
+def test_sparks_planner_processes_import_the_installed_pyspark_too(spark):
+    """Why: Spark starts its own Python processes to look up and plan a data source and to start a
+    query, with pyspark.zip first on their path: ~0.5 s more for each (streaming.spark_home)."""
+    from pyspark.sql.datasource import DataSource
+
+    class WhereFrom(DataSource):  # defined here: Spark's planner cannot import this test module
+        @classmethod
+        def name(cls):
+            return "epochwatch-where-from"
+
+        def schema(self):  # runs in a planner process
+            import pyspark
+
+            return "from_zip boolean" if ".zip" in pyspark.__file__ else "installed boolean"
+
+    spark.dataSource.register(WhereFrom)
+    assert spark.read.format("epochwatch-where-from").load().columns == ["installed"]

@@ -78,7 +78,14 @@ def test_case_7_a_jar_without_python_comes_off_one_with_python_stays(tmp_path):
     with zipfile.ZipFile(with_python, "w") as z:
         z.writestr("helpers/__init__.py", "")
     assert without_redundant_archives([str(with_python), INSTALLED]) == [str(with_python), INSTALLED]
-    assert without_redundant_archives([str(tmp_path / "missing.jar"), INSTALLED]) == [str(tmp_path / "missing.jar"), INSTALLED]
+
+
+def test_case_9_archives_that_are_not_there_come_off(tmp_path):
+    """Why: Spark names $SPARK_HOME/python/lib's zips whether or not they exist, and
+    streaming.spark_home's Spark home has none; an entry for nothing only costs lookups."""
+    missing = [str(tmp_path / "python" / "lib" / "pyspark.zip"), str(tmp_path / "py4j-0.10.9.9-src.zip"),
+               str(tmp_path / "missing.jar")]
+    assert without_redundant_archives([*missing, INSTALLED]) == [INSTALLED]
 
 
 def test_case_8_an_entry_listed_twice_comes_off_both_times():
