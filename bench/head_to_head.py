@@ -242,7 +242,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         n = load(broker.bootstrap_servers, args.events)
         print(f"loaded {n:,} events in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-        parallel = host_parallelism()
+        parallel_before = host_parallelism()  # with the broker loaded and idle
         batch = ["--batch-events", str(args.batch_events)]
         runs = {"3. raw consume + decode floor": run_engine("floor", broker.bootstrap_servers, n, []),
                 "2. hand-written single process, same rules": run_engine("single", broker.bootstrap_servers, n, []),
@@ -252,7 +252,7 @@ def main(argv=None) -> int:
             runs["1b. epochwatch on Spark, local[1]"] = run_engine("spark", broker.bootstrap_servers, n,
                                                                   ["--master", "local[1]", *batch])
     cap = f"{args.batch_events:,} records" if args.batch_events else "no cap"
-    parallel = (parallel + host_parallelism()) / 2
+    parallel = (parallel_before + host_parallelism()) / 2
     print(f"\nhost: two busy processes side by side did {parallel:.2f}x the work of one (2.00: two whole cores)")
     print(f"{n:,} events (1,000-broker / 100,000-client fleet + 16 incident clusters), {PARTITIONS} partitions, "
           f"Spark micro-batches: {cap}")
