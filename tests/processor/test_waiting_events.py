@@ -14,7 +14,7 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming.config import RuleSettings
 from streaming.engine import KeyEngine
-from streaming import processor
+from streaming import engine_host, key_steps
 from streaming.processor import EpochwatchProcessor
 from streaming.routing import routes
 from streaming.simulate import ClusterShape, run_scenario
@@ -80,7 +80,8 @@ def test_a_buffer_pickled_by_an_older_version_still_loads(monkeypatch):
     assert tester.peekListState("buffer", key), "the last 2 s must wait"
     late_ones = heartbeats((4,), 9_000, 10_000)  # a broker only the old buffer knows of
     tester.updateListState("buffer", key, [(len(late_ones), pickle.dumps(late_ones, protocol=5))])
-    monkeypatch.setattr(processor, "_ENGINES", processor.EngineCache())  # restarted: a new Python worker reads the state
+    # restarted: a new Python worker reads the state
+    monkeypatch.setattr(engine_host.IN_PROCESS, "engines", key_steps.EngineCache())
     tester.setWatermark(20_000)
     brokers = {row[0] for row in tester.peekListState("brokers", key)}
     assert brokers == {1, 2, 3, 4}

@@ -1,0 +1,275 @@
+"""One state key's step between the state store's values and the engine, without Spark.
+
+The processor (streaming.processor) reads a key's state through Spark's state API and writes
+back what a step returns; everything in between is here: the engines this process keeps, which
+events are ready, the engine's step, and the values to store. So the same step runs in the Spark
+worker itself or in the partition's engine host (streaming.engine_host), which keeps the engines
+when Spark hands the next micro-batch's task to another Python worker.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import operator
+import random
+import time
+from dataclasses import dataclass
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streaming import column_passes
+from streaming.alerts import AlertTracker
+from streaming.config import RuleSettings
+from streaming.engine import KeyEngine
+from streaming.packs import from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
+from streaming.rules import records
+
+# State variable per key kind: brokers and nodes keep one typed ListState row per entity (few,
+# and what on-call inspects); clients and commits keep one JSON array per shard (many).
+ENTITY_STATE = {"brokers": ("brokers", records.BrokerRecord), "clients": ("clients", records.ClientRecord),
+                "nodes": ("nodes", records.NodeRecord), "commits": ("commits", records.CommitRecord)}
+JSON_TABLES = frozenset({"clients", "commits"})
+BUFFER_CHUNK = 20_000  # events per buffer row
+ENTITY_ID = {"brokers": lambda r: r.broker_id, "clients": lambda r: r.client_id, "nodes": lambda r: r.node_id,
+             "commits": lambda r: (r.group_id, r.topic, r.partition)}
+DEAD_LETTER_KIND = "dead_letter"
+NO_META = (records.NO_TIME, 0, records.NO_TIME, 0)  # horizon, clock offset, timer, generation
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """What a key's step needs besides its stored state. ``meta``: the state's meta row (None for
+    a new key); times in ms; ``clock_ms``: the packs' newest event time (streaming.packs)."""
+
+    settings: RuleSettings
+    cluster_id: str
+    kind: str
+    shard: int
+    packs: tuple[bytes, ...]
+    meta: tuple | None
+    event_time_mode: bool
+    watermark_ms: int
+    processing_ms: int
+    clock_ms: int | None = None
+    query: str = ""  # the query's engines are apart from another's in the same engine host
+
+    @property
+    def cache_key(self) -> tuple:
+        return self.query, self.settings, self.cluster_id, self.kind, self.shard
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """A key's state values as the state API returns them, read only when no engine is kept."""
+
+    entities: object  # JSON tables: the (count, rows) value or None; the others: a list of rows
+    cluster: tuple | None
+    alerts: list[tuple]
+    buffer: list[bytes]
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What the processor writes back and emits. None: that state value is unchanged."""
+
+    rows: list[dict]
+    entities: object  # JSON tables: the (count, rows) value, None to clear; the others: rows
+    cluster: tuple | None
+    alerts: list[tuple] | None
+    buffer: list[tuple[int, bytes]] | None
+    timer_ms: int
+    meta: tuple
+
+
+@dataclass
+class Stored:
+    """What the state store holds for a key's alerts and waiting events: an unchanged value is not
+    written again (two round trips to the JVM per key and step, mostly clearing empty lists), and
+    a kept engine keeps its waiting events as they are."""
+
+    alerts: list[tuple]
+    waiting: pa.Table | None  # events past the horizon, in the order they will be applied
+
+
+class EngineCache:
+    """The engines this process stored last, by state key.
+
+    Spark reuses its Python workers across micro-batches, so a key that comes back to the same
+    process skips rebuilding its state (100,000 clients' JSON every batch). The generation stored
+    with the key's state proves the kept engine is exactly what the store holds: a failed batch,
+    another process, or a restart from the checkpoint all change it, and the state is read instead.
+    """
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._engines: dict[tuple, tuple[int, KeyEngine, Stored, float]] = {}
+
+    def take(self, key: tuple, generation: int) -> tuple[KeyEngine, Stored] | None:
+        # removed while in use: a step that fails half-way must not leave a half-updated engine
+        cached = self._engines.pop(key, None)
+        return cached[1:3] if cached and generation and cached[0] == generation else None
+
+    def keep(self, key: tuple, generation: int, engine: KeyEngine, stored: Stored) -> None:
+        self._engines[key] = (generation, engine, stored, self._clock())
+
+    def drop_unused(self, idle_ms: float) -> int:
+        """Forget the engines not stepped for ``idle_ms`` (a finished query's, a key gone quiet):
+        they are rebuilt from the store if they come back. How many were dropped."""
+        oldest = self._clock() - idle_ms / 1000
+        unused = [key for key, (*_, used) in self._engines.items() if used < oldest]
+        for key in unused:
+            del self._engines[key]
+        return len(unused)
+
+    def __len__(self) -> int:
+        return len(self._engines)
+
+
+class KeySteps:
+    """Steps keys whose engines it keeps in an EngineCache."""
+
+    def __init__(self):
+        self.engines = EngineCache()
+
+    def step(self, request: StepRequest, stored: StoredState | None = None) -> StepOutput | None:
+        """None: no engine is kept for the key's stored generation, call again with its ``stored``
+        state."""
+        meta = request.meta or NO_META
+        kept = self.engines.take(request.cache_key, meta[3])
+        if kept is None and stored is None:
+            return None
+        engine, last = kept or load(request, stored)
+        return _step(request, engine, last, self.engines)
+
+
+def load(request: StepRequest, stored: StoredState) -> tuple[KeyEngine, Stored]:
+    engine = KeyEngine.new(request.kind, request.cluster_id, request.shard, request.settings)
+    name, cls = ENTITY_STATE[request.kind]
+    table, ident = engine.table, ENTITY_ID[request.kind]
+    store = getattr(table, name)
+    if name in JSON_TABLES:
+        loaded = from_json_rows(cls, stored.entities[1]) if stored.entities else []
+    else:
+        loaded = [records.from_row(cls, row) for row in stored.entities]
+    for rec in loaded:
+        store[ident(rec)] = rec
+    if request.kind == "brokers" and stored.cluster is not None:
+        table.cluster = records.from_row(records.ClusterRecord, stored.cluster)
+    engine.tracker = AlertTracker.from_rows(request.cluster_id, request.settings, stored.alerts)
+    engine.horizon = request.meta[0] if request.meta else records.NO_TIME
+    return engine, Stored(stored.alerts, from_ipc_chunks(stored.buffer))
+
+
+def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: EngineCache) -> StepOutput:
+    kind = request.kind
+    _, offset, timer_ms, _ = request.meta or NO_META
+    table = read_packs(*request.packs)
+    newest = pc.max(table.column("event_time")).as_py() if table is not None else None
+    if request.event_time_mode:
+        horizon = request.watermark_ms
+        if request.clock_ms is not None:
+            # without this the whole micro-batch would wait in the buffer for the next one
+            horizon = max(horizon, int(request.clock_ms) - request.settings.allowed_lateness_ms)
+    else:
+        now = request.processing_ms
+        if newest is not None:
+            # Not capped: after an input outage the backlog trails the clock by the outage,
+            # and a horizon at "now" would time out every broker heard from in it.
+            offset = max(now - newest, 0)
+        horizon = now - offset
+    # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
+    skip = functools.partial(column_passes.repeated_serves, engine) if kind == "brokers" else None
+    ready, waiting = ready_and_waiting(stored.waiting, table, max(horizon, engine.horizon), skip)
+    # None: the engine runs its own pass on the dicts too
+    applied = None
+    if kind == "brokers" and ready is not None and pc.min(ready.column("event_time")).as_py() >= engine.horizon:
+        # No late event: the pass above saw them all (it leaves late serves to the engine's
+        # pass, which counts them first). A serve the engine's pass might still find changes
+        # nothing whether it is skipped or applied.
+        applied = 0
+    elif kind == "clients" and ready is not None:
+        # the same rule as the engine's pass (late events are no quiet runs): nothing left for it
+        ready, applied = column_passes.without_quiet_runs(engine, ready)
+    result = engine.step(to_dicts(ready), horizon, applied)
+    deadline = result.deadline
+    if waiting is not None:  # wake up when the watermark reaches the first waiting event
+        first = waiting.column("event_time")[0].as_py()
+        deadline = first if deadline is None else min(deadline, first)
+    wanted = records.NO_TIME if deadline is None else (
+        deadline if request.event_time_mode else deadline + offset)
+    name, _ = ENTITY_STATE[kind]
+    entities = list(getattr(engine.table, name).values())
+    alerts = engine.tracker.to_rows()
+    generation = random.getrandbits(62) + 1
+    out = StepOutput(
+        rows=_output_rows(request.cluster_id, engine.horizon, result),
+        entities=_json_value(entities) if name in JSON_TABLES else [records.to_row(r) for r in entities],
+        cluster=records.to_row(engine.table.cluster) if kind == "brokers" else None,
+        alerts=alerts if alerts != stored.alerts else None,
+        # bounded chunks: one huge state value would have to fit the JVM heap in one piece
+        buffer=(to_ipc_chunks(waiting, BUFFER_CHUNK) if waiting is not None else [])
+        if waiting is not None or stored.waiting is not None else None,
+        timer_ms=wanted,
+        meta=(engine.horizon, offset, wanted, generation))
+    engines.keep(request.cache_key, generation, engine, Stored(alerts, waiting))
+    return out
+
+
+def _json_value(rows: list) -> tuple[int, str] | None:
+    return (len(rows), to_json_rows(rows)) if rows else None
+
+
+def to_json_rows(rows: list) -> str:
+    """A table as ``{"fields": [...], "rows": [[...], ...]}``: the field names once instead of in
+    every record, a third of the bytes an array of objects takes, and faster to read back."""
+    names = records.field_names(type(rows[0]))
+    values = operator.attrgetter(*names)
+    return orjson.dumps({"fields": names, "rows": [values(r) for r in rows]}).decode()
+
+
+def from_json_rows(cls, text: str) -> list:
+    doc = orjson.loads(text)
+    if isinstance(doc, list):  # written by an older version: an array of objects
+        return [cls(**row) for row in doc]
+    names = records.field_names(cls)
+    if tuple(doc["fields"]) == names:
+        return [cls(*row) for row in doc["rows"]]
+    # a field added or removed since it was written: match by name, defaults for the rest
+    return [cls(**{k: v for k, v in zip(doc["fields"], row) if k in names}) for row in doc["rows"]]
+
+
+# --- output rows ----------------------------------------------------------------------------
+
+def json_text(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def _output_rows(cluster_id: str, now: int, result) -> list[dict]:
+    rows = [{"kind": "alert", "cluster_id": cluster_id, "event_time": a["event_time"], "payload": json_text(a)}
+            for a in result.alerts]
+    rows += [{"kind": "transition", "cluster_id": cluster_id, "event_time": t["at_ms"], "payload": json_text(t)}
+             for t in result.transitions]
+    rows += [{"kind": "broker_status", "cluster_id": cluster_id, "event_time": now, "payload": json_text(s)}
+             for s in result.status]
+    rows += [{"kind": "summary", "cluster_id": cluster_id, "event_time": now, "payload": json_text(s)}
+             for s in result.summaries]
+    for ev, reason in result.invalid:
+        rows.append({"kind": DEAD_LETTER_KIND, "cluster_id": cluster_id, "event_time": ev["event_time"],
+                     "payload": json_text({"reason": "invalid_event", "detail": reason, **coordinates(ev)}),
+                     "raw_value": json_text(event_fields(ev)).encode()})
+    return rows
+
+
+def coordinates(row: dict) -> dict:
+    return {k: row.get(k) for k in ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp")}
+
+
+def event_fields(row: dict) -> dict:
+    return {k: v for k, v in row.items() if v is not None and k not in _NOT_EVENT_FIELDS
+            and not k.startswith(("kafka_", "dlq_", "raw_"))}
+
+
+_NOT_EVENT_FIELDS = frozenset({"kind", "shard"})
