@@ -115,6 +115,9 @@ def main(argv=None) -> int:
     print(f"job processing rate while running: {rate:,.0f} events/s over {len(rows)} batches; "
           f"median batch {sorted(p['durationMs']['triggerExecution'] for p in rows)[len(rows) // 2] / 1000 if rows else 0:.2f} s")
     if rows:
+        durations = sorted(p["durationMs"]["triggerExecution"] / 1000 for p in rows)
+        print(f"batch durations: p90 {durations[int(.9 * len(durations))]:.2f} s, max {durations[-1]:.2f} s; "
+              f"five slowest detections: {', '.join(f'{v:.2f}' for v in lat[-5:])} s")
         median = lambda values: sorted(values)[len(values) // 2]
         parts = {k: median([p["durationMs"].get(k, 0) for p in rows]) for k in rows[0]["durationMs"]}
         ops = [p["stateOperators"][0] for p in rows if p.get("stateOperators")]
