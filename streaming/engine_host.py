@@ -107,7 +107,8 @@ class HostedSteps:
             self.fallback = True
             return IN_PROCESS.step(request, stored)
         if status == "error":
-            raise EngineHostError(f"state step of {request.cache_key[1:]} failed in the engine host:\n{value}")
+            key = (request.cluster_id, request.kind, request.shard)
+            raise EngineHostError(f"state step of key {key} failed in the engine host {self.address}:\n{value}")
         return value
 
     def task_done(self) -> None:
@@ -211,6 +212,8 @@ class Host:
             self.steps.engines.drop_unused(IDLE_DROP_MS)
             self.collector.collect()  # between tasks, as udfs.worker_daemon does in the workers
             return None
+        if message[0] == "stats":
+            return "ok", {**self.steps.counts, "engines": len(self.steps.engines), "pid": os.getpid()}
         return "error", f"unknown message {message[0]!r}"
 
     def _watch(self, listener: Listener) -> None:
@@ -218,6 +221,22 @@ class Host:
             time.sleep(1)
         listener.close()  # removes the socket file
         os._exit(0)
+
+
+def local_host_stats(spark) -> dict[int, dict]:
+    """Steps served by each state partition's host of a local session, by partition: ``kept``
+    (the engine was kept), ``loaded`` (built from the stored state), ``engines`` kept now."""
+    (owner,) = spark.sparkContext.parallelize([0], 1).map(lambda _: os.getppid()).collect()
+    stats = {}
+    for socket in Path(host_address(owner, 0)).parent.glob(f"{owner}-p*"):
+        if socket.suffix:  # .lock, .log
+            continue
+        conn = _connect(str(socket))
+        if conn is not None:
+            with conn:
+                conn.send(("stats",))
+                stats[int(socket.name.rsplit("-p", 1)[1])] = conn.recv()[1]
+    return stats
 
 
 def _alive(pid: int) -> bool:

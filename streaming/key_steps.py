@@ -14,6 +14,7 @@ import json
 import operator
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import orjson
@@ -129,10 +130,12 @@ class EngineCache:
 
 
 class KeySteps:
-    """Steps keys whose engines it keeps in an EngineCache."""
+    """Steps keys whose engines it keeps in an EngineCache. ``counts``: steps with a kept engine
+    (``kept``), with one built from the stored state (``loaded``)."""
 
     def __init__(self):
         self.engines = EngineCache()
+        self.counts = Counter()
 
     def step(self, request: StepRequest, stored: StoredState | None = None) -> StepOutput | None:
         """None: no engine is kept for the key's stored generation, call again with its ``stored``
@@ -141,6 +144,7 @@ class KeySteps:
         kept = self.engines.take(request.cache_key, meta[3])
         if kept is None and stored is None:
             return None
+        self.counts["kept" if kept else "loaded"] += 1
         engine, last = kept or load(request, stored)
         return _step(request, engine, last, self.engines)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from streaming.config import RuleSettings
+from streaming.config import ConfigError, RuleSettings
 from streaming.packs import CLOCK_KIND, INPUT_METRIC, KEY_COLUMNS, PACK_SCHEMA, route_and_pack
 from streaming.processor import EpochwatchProcessor, EpochwatchRowProcessor
 from streaming.state_schema import OUTPUT_SCHEMA
@@ -15,6 +15,8 @@ from udfs.event_columns import DEAD_LETTER_COLUMNS, KAFKA_COLUMNS, decoded_colum
 
 EVENT_TIME = "EventTime"          # replay and demo: deterministic on event time
 PROCESSING_TIME = "ProcessingTime"  # the live job: timers fire on a quiet stream too
+# "false": step every key in the Python worker that runs its task (streaming.engine_host)
+ENGINE_HOSTS_CONF = "spark.epochwatch.engineHosts"
 
 
 def detect(events: DataFrame, rules: RuleSettings, time_mode: str, api: str = "pandas") -> DataFrame:
@@ -39,10 +41,18 @@ def detect_packs(packs: DataFrame, rules: RuleSettings, time_mode: str, api: str
     if time_mode == EVENT_TIME:
         packs = packs.withWatermark("event_time", f"{rules.allowed_lateness_ms} milliseconds")
     grouped = packs.groupBy(*(F.col(c) for c in KEY_COLUMNS))
+    hosted = engine_hosts(packs.sparkSession.conf.get(ENGINE_HOSTS_CONF, "true"))
     if api == "row":
         return grouped.transformWithState(
-            statefulProcessor=EpochwatchRowProcessor(rules, time_mode),
+            statefulProcessor=EpochwatchRowProcessor(rules, time_mode, hosted),
             outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode=time_mode)
     return grouped.transformWithStateInPandas(
-        statefulProcessor=EpochwatchProcessor(rules, time_mode),
+        statefulProcessor=EpochwatchProcessor(rules, time_mode, hosted),
         outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode=time_mode)
+
+
+def engine_hosts(value: str) -> bool:
+    if value.strip().lower() not in ("true", "false"):
+        raise ConfigError(f"spark.{ENGINE_HOSTS_CONF}", f"{value!r} is neither true nor false",
+                          f"set it to false to step state keys in Spark's Python workers, or remove it")
+    return value.strip().lower() == "true"

@@ -1,8 +1,9 @@
 """EpochwatchProcessor: the transformWithState adapter over streaming.engine.
 
-It declares every state variable once in ``init``, turns input rows into event dicts, asks the
-engine for one step, stores the state back and registers one timer for the next deadline.
-No rule logic lives here. Grouping key: (cluster_id, kind, shard) -- see streaming.routing.
+It declares every state variable once in ``init``, reads a key's state, has streaming.key_steps
+step it (in the state partition's engine host, streaming.engine_host, or in this Python worker),
+writes back what changed and registers one timer for the next deadline. No rule logic lives
+here. Grouping key: (cluster_id, kind, shard) -- see streaming.routing.
 
 Input rows are packs of events (streaming.packs), not one row per event, plus clock rows that
 only move the watermark.

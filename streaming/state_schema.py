@@ -29,7 +29,7 @@ META_SCHEMA = StructType([
     StructField("horizon_ms", LongType()),
     StructField("clock_offset_ms", LongType()),
     StructField("timer_ms", LongType()),
-    StructField("generation", LongType()),  # changes at every store: see processor.EngineCache
+    StructField("generation", LongType()),  # changes at every store: see key_steps.EngineCache
 ])
 ALERT_SCHEMA = StructType([
     StructField("alertname", StringType()),
