@@ -28,6 +28,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=60, help="first period after the start, reported on its own")
     ap.add_argument("--seconds", type=int, default=60, help="steady period measured after the warm-up")
     ap.add_argument("--trigger", default="0 seconds", help="processing-time trigger interval")
+    ap.add_argument("--engine-hosts", choices=("true", "false"), default="true",
+                    help="spark.epochwatch.engineHosts (false: state keys stepped in Spark's Python workers)")
     args = ap.parse_args(argv)
 
     from streaming import config
@@ -35,7 +37,7 @@ def main(argv=None) -> int:
     from streaming.dispatch import Dispatcher
     from streaming.embedded import EmbeddedBroker, create_topics
     from streaming.job import start
-    from streaming.pipeline import PROCESSING_TIME
+    from streaming.pipeline import ENGINE_HOSTS_CONF, PROCESSING_TIME
     from streaming.simulate import ClusterShape, steady_state
     from streaming.simulate.writers import KafkaEventWriter
     from streaming.spark_session import build_session
@@ -59,7 +61,8 @@ def main(argv=None) -> int:
                                           "kafka.startingOffsets": "earliest"})
         settings = dataclasses.replace(settings, checkpoint_location=tempfile.mkdtemp(), trigger_interval=args.trigger)
         create_topics(broker.bootstrap_servers, {settings.kafka.events_topic: 8})
-        spark = build_session("latency", conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"})
+        spark = build_session("latency", conf={"spark.sql.streaming.numRecentProgressUpdates": "100000",
+                                               ENGINE_HOSTS_CONF: args.engine_hosts})
         writer = KafkaEventWriter(broker.bootstrap_servers, settings.kafka.events_topic, progress=None)
         # metadata.max.age.ms chosen so the fleet's own event rate is close to --rate
         fleet = steady_state(shape=ClusterShape(cluster_id="fleet", brokers=1000, clients=100_000, groups=2000),
@@ -109,7 +112,8 @@ def main(argv=None) -> int:
         progress = query.recentProgress
         stop_between_batches(query, dispatcher)
 
-    print(f"\ntarget {args.rate:,} events/s, trigger '{args.trigger}', 1,000 brokers / 100,000 clients")
+    print(f"\ntarget {args.rate:,} events/s, trigger '{args.trigger}', 1,000 brokers / 100,000 clients, "
+          f"engine hosts {args.engine_hosts}")
     for phase, first, last in ((f"first {args.warmup} s after the start", 0, steady_from),
                                (f"steady, next {args.seconds} s", steady_from, float("inf"))):
         report(phase, {b: t for b, t in injected.items() if first <= t < last}, emitted,
