@@ -24,6 +24,7 @@ from pathlib import Path
 from streaming.config import RuleSettings, Settings
 from streaming.dispatch import MemorySink
 from streaming.local import LocalDetector
+from streaming.pipeline import ENGINE_HOSTS_CONF
 from streaming.replay import run_staged, stage_events
 from streaming.simulate import ClusterShape, steady_state
 from streaming.spark_session import build_session
@@ -83,6 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clients", type=int, default=100_000)
     ap.add_argument("--chunk", type=int, default=250_000, help="events per micro-batch")
     ap.add_argument("--apis", default="pandas,row")
+    ap.add_argument("--engine-hosts", default="true",
+                    help="spark.epochwatch.engineHosts values to run each API with, e.g. true,false")
     args = ap.parse_args(argv)
 
     started = time.monotonic()
@@ -109,18 +112,21 @@ def main(argv=None) -> int:
         spark = build_session("epochwatch-bench", conf={"spark.eventLog.enabled": "true",
                                                         "spark.eventLog.dir": event_log.as_uri(),
                                                         "spark.eventLog.compress": "false"})
-        for api in args.apis.split(","):
-            print(f"running the {api} API ...", file=sys.stderr)
+        runs = [(api, hosted) for hosted in args.engine_hosts.split(",") for api in args.apis.split(",")]
+        for api, hosted in runs:
+            name = api if len(runs) == len(args.apis.split(",")) else f"{api}, hosts {hosted}"
+            print(f"running {name} ...", file=sys.stderr)
+            spark.conf.set(ENGINE_HOSTS_CONF, hosted)
             seen = len(stage_seconds(event_log))
-            query = run_staged(spark, settings, staged, [MemorySink()], str(work / f"ckpt-{api}"), api=api)
-            results[f"Spark transformWithState, {api} API"] = progress_figures(query)
+            query = run_staged(spark, settings, staged, [MemorySink()], str(work / f"ckpt-{api}-{hosted}"), api=api)
+            results[f"Spark transformWithState, {name}"] = progress_figures(query)
             # a listener thread writes the event log: wait (10 s at most) until it has every batch
             deadline = time.monotonic() + 10
             while not (stage := stateful_stage_figures(query, stage_seconds(event_log)[seen:])) \
                     and time.monotonic() < deadline:
                 time.sleep(0.1)
             if stage:
-                results[f"  its stateful stage alone ({api})"] = stage
+                results[f"  its stateful stage alone ({name})"] = stage
     finally:
         if spark is not None:
             spark.stop()  # before the event log's directory goes
@@ -128,14 +134,14 @@ def main(argv=None) -> int:
 
     print(f"\n{len(events):,} events, {args.brokers} brokers, {args.clients:,} clients, "
           f"{args.chunk:,} events per micro-batch, local[2]")
-    print(f"{'stage':42} {'events/s':>10} {'seconds':>8} {'state rows':>11} {'state MB':>9}")
+    print(f"{'stage':52} {'events/s':>10} {'seconds':>8} {'state rows':>11} {'state MB':>9}")
     for name, r in results.items():
         mb = f"{r['state_bytes'] / 1e6:.1f}" if r.get("state_bytes") else "-"
-        print(f"{name:42} {r['events_per_s']:>10,.0f} {r['seconds']:>8.1f} {r.get('state_rows', '-'):>11} {mb:>9}")
+        print(f"{name:52} {r['events_per_s']:>10,.0f} {r['seconds']:>8.1f} {r.get('state_rows', '-'):>11} {mb:>9}")
     spark_rates = {k: v["events_per_s"] for k, v in results.items() if "Spark" in k}
     if len(spark_rates) == 2:
         (a, ra), (b, rb) = spark_rates.items()
-        print(f"ratio pandas/row: {ra / rb:.2f}")
+        print(f"ratio {a.split(', ', 1)[1]} / {b.split(', ', 1)[1]}: {ra / rb:.2f}")
     print("(first Spark batch excluded: Python worker start-up; it took "
           + ", ".join(f"{v['first_batch_s']:.1f} s" for k, v in results.items() if "Spark" in k) + ")")
     return 0
