@@ -12,6 +12,7 @@ from typing import Mapping
 from streaming.spark_home import use_zipless_home
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 DEFAULTS = {
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
@@ -28,6 +29,11 @@ DEFAULTS = {
     "spark.python.daemon.module": "udfs.worker_daemon",
     # local mode runs everything in the driver JVM: state values of large micro-batches need room
     "spark.driver.memory": "4g",
+    # The JIT's quick compiler only: the optimising one kept ~40% of a core busy for the first
+    # minute and more after every start, and the JVM's share of this job is small (the rules run
+    # in Python). Measured faster on catch-up and live (bench/RESULTS.md, session 13).
+    "spark.driver.extraJavaOptions": JIT_OPTIONS,
+    "spark.executor.extraJavaOptions": JIT_OPTIONS,
 }
 
 

@@ -217,7 +217,10 @@ cmd=("${submit:-spark-submit}" --master "$master" --deploy-mode "$deploy_mode" -
   --conf "spark.sql.session.timeZone=UTC"
   --conf "spark.sql.execution.arrow.pyspark.enabled=true"
   # Python workers import the installed pyspark, not Spark's pyspark.zip (udfs/worker_daemon.py)
-  --conf "spark.python.daemon.module=udfs.worker_daemon")
+  --conf "spark.python.daemon.module=udfs.worker_daemon"
+  # the JIT's quick compiler only (streaming/spark_session.py: JIT_OPTIONS, docs/operations.md)
+  --conf "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
+  --conf "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1")
 
 if [ "$kind" = local ]; then
   # one machine: keep the driver (and its UI) on loopback, as `epochwatch run` does by itself

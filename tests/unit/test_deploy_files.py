@@ -70,6 +70,8 @@ def test_sparkapplication_uses_the_codes_state_store_and_port():
     assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert int(conf["spark.sql.shuffle.partitions"]) >= 1
     assert conf["spark.python.daemon.module"] == DEFAULTS["spark.python.daemon.module"]
+    for role in ("driver", "executor"):
+        assert conf[f"spark.{role}.extraJavaOptions"] == DEFAULTS[f"spark.{role}.extraJavaOptions"]
     assert [p["containerPort"] for p in spec["driver"]["ports"]] == [METRICS_PORT]
     service = objects["Service"]
     assert service["spec"]["selector"]["spark-role"] == "driver"
@@ -275,6 +277,8 @@ def test_submit_builds_the_spark_submit_command():
     assert confs["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert confs["spark.sql.shuffle.partitions"] == "4"  # 2 executors x 2 cores
     assert confs["spark.python.daemon.module"] == DEFAULTS["spark.python.daemon.module"]
+    for role in ("driver", "executor"):
+        assert confs[f"spark.{role}.extraJavaOptions"] == DEFAULTS[f"spark.{role}.extraJavaOptions"]
     assert confs["spark.yarn.maxAppAttempts"] == "4" and confs["spark.yarn.am.attemptFailuresValidityInterval"] == "1h"
     assert confs["spark.pyspark.python"] == "./environment/bin/python"
     assert words[words.index("--archives") + 1] == f"{DRIVER_FILE}#environment"
