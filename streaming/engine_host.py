@@ -24,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -71,16 +72,26 @@ def steps_for_task():
     context = TaskContext.get()
     if context is None:
         return IN_PROCESS
-    address = host_address(os.getppid(), context.partitionId())
+    try:
+        address = host_address(os.getppid(), context.partitionId())
+    except OSError as exc:
+        log.warning("no engine host (%s); stepping in the Python worker", exc)
+        return IN_PROCESS
     return HostedSteps(address, owner=os.getppid())
 
 
 def host_address(owner: int, partition: int) -> str:
+    """The socket of ``partition``'s host, in a folder only this user can use: hosts and workers
+    exchange pickles, so whoever could put a socket there could run code in them."""
     base = Path(tempfile.gettempdir())
     if len(str(base)) > _MAX_SOCKET_PATH - 40:
         base = Path("/tmp")
     folder = base / f"epochwatch-engines-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)  # only this user may talk to the hosts (pickles)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise OSError(f"{folder} is not a folder of this user's alone (mode {stat.filemode(info.st_mode)}, "
+                      f"uid {info.st_uid}); remove it")
     return str(folder / f"{owner}-p{partition}")
 
 
@@ -220,6 +231,11 @@ class Host:
         while _alive(self.owner) and time.monotonic() - self.last_request < self.idle_exit_s:
             time.sleep(1)
         listener.close()  # removes the socket file
+        if not _alive(self.owner):  # nobody will start this address's host again
+            for leftover in (self.address + ".lock", self.address + ".log"):
+                path = Path(leftover)
+                if path.exists() and (path.suffix == ".lock" or path.stat().st_size == 0):
+                    path.unlink(missing_ok=True)
         os._exit(0)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from streaming.config import RuleSettings
-from streaming.engine_host import EngineHostError, HostedSteps, start_host
+from streaming.engine_host import EngineHostError, HostedSteps, host_address, start_host
 from tests.processor.test_key_steps import empty_state, request
 from tests.unit.rules.builders import heartbeats
 from tests.processor.key_feed import packed
@@ -105,3 +105,17 @@ def test_a_host_exits_when_the_worker_daemon_it_belongs_to_is_gone(address):
     while Path(address).exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not Path(address).exists(), "the host removes its socket as it exits"
+    assert not Path(address + ".lock").exists() and not Path(address + ".log").exists(), "and its empty leftovers"
+
+
+def test_hosts_are_only_used_in_a_folder_of_this_users_alone(monkeypatch):
+    """Why: workers unpickle what a host sends; a socket folder that another user can write to
+    would let them answer in the host's place and run code in the job."""
+    base = Path(tempfile.mkdtemp(prefix="ew-", dir="/tmp"))  # short: pytest's tmp_path is too long
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    folder = base / f"epochwatch-engines-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    assert host_address(123, 4) == str(folder / "123-p4")
+    folder.chmod(0o777)
+    with pytest.raises(OSError, match="not a folder of this user's alone"):
+        host_address(123, 4)
