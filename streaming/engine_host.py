@@ -211,7 +211,10 @@ class Host:
                 with self.lock:
                     reply = self.handle(message)
                 if reply is not None:
-                    conn.send(reply)
+                    try:
+                        conn.send(reply)
+                    except OSError:  # the worker is gone (its task was killed): so is the reply
+                        return
 
     def handle(self, message: tuple):
         if message[0] == "step":
