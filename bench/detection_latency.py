@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import shutil
 import sys
 import tempfile
 import threading
@@ -59,7 +60,8 @@ def main(argv=None) -> int:
     with EmbeddedBroker() as broker:
         settings = config.load(overrides={"kafka.bootstrap.servers": broker.bootstrap_servers,
                                           "kafka.startingOffsets": "earliest"})
-        settings = dataclasses.replace(settings, checkpoint_location=tempfile.mkdtemp(), trigger_interval=args.trigger)
+        checkpoint = tempfile.mkdtemp(prefix="epochwatch-latency-")  # ~200 MB after a default run: removed below
+        settings = dataclasses.replace(settings, checkpoint_location=checkpoint, trigger_interval=args.trigger)
         create_topics(broker.bootstrap_servers, {settings.kafka.events_topic: 8})
         spark = build_session("latency", conf={"spark.sql.streaming.numRecentProgressUpdates": "100000",
                                                ENGINE_HOSTS_CONF: args.engine_hosts})
@@ -111,6 +113,7 @@ def main(argv=None) -> int:
         time.sleep(15)  # let the last injections come through
         progress = query.recentProgress
         stop_between_batches(query, dispatcher)
+        shutil.rmtree(checkpoint, ignore_errors=True)
 
     print(f"\ntarget {args.rate:,} events/s, trigger '{args.trigger}', 1,000 brokers / 100,000 clients, "
           f"engine hosts {args.engine_hosts}")
