@@ -15,8 +15,8 @@ steps its keys in the Python worker, as before hosts existed.
 
 Lifecycle: a partition's first task starts its host (a lock file keeps it to one per address);
 the host exits when the worker daemon it belongs to is gone, or after ``IDLE_EXIT_S`` without a
-request. Engines not stepped for ``IDLE_DROP_MS`` are dropped at a task's end (a finished
-query's, a key that went quiet).
+request. Engines not stepped for ``key_steps.IDLE_DROP_MS`` are dropped at a task's end (a
+finished query's, a key that went quiet).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from streaming.key_steps import KeySteps, StepOutput, StepRequest, StoredState
 log = logging.getLogger(__name__)
 
 IDLE_EXIT_S = 300
-IDLE_DROP_MS = 300_000
 START_TIMEOUT_S = 60
 _MAX_SOCKET_PATH = 100  # AF_UNIX paths stop at 107 bytes
 
@@ -49,14 +48,8 @@ class EngineHostError(RuntimeError):
     """A key's step failed inside the engine host (the host's traceback is the message)."""
 
 
-class InProcessSteps(KeySteps):
-    """Steps in this Python worker (tests without Spark, the driver, a host that is unreachable)."""
-
-    def task_done(self) -> None:
-        self.engines.drop_unused(IDLE_DROP_MS)
-
-
-IN_PROCESS = InProcessSteps()
+# steps in this Python worker: tests without Spark, the driver, a host that is unreachable
+IN_PROCESS = KeySteps()
 
 
 def new_token() -> str:
@@ -223,7 +216,7 @@ class Host:
             except Exception:  # the task fails with it; the host keeps serving the others
                 return "error", traceback.format_exc()
         if message[0] == "task_done":
-            self.steps.engines.drop_unused(IDLE_DROP_MS)
+            self.steps.task_done()
             self.collector.collect()  # between tasks, as udfs.worker_daemon does in the workers
             return None
         if message[0] == "stats":

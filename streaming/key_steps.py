@@ -37,6 +37,7 @@ BUFFER_CHUNK = 20_000  # events per buffer row
 ENTITY_ID = {"brokers": lambda r: r.broker_id, "clients": lambda r: r.client_id, "nodes": lambda r: r.node_id,
              "commits": lambda r: (r.group_id, r.topic, r.partition)}
 DEAD_LETTER_KIND = "dead_letter"
+IDLE_DROP_MS = 300_000  # engines not stepped for this long are forgotten at a task's end
 NO_META = (records.NO_TIME, 0, records.NO_TIME, 0)  # horizon, clock offset, timer, generation
 
 
@@ -148,6 +149,9 @@ class KeySteps:
         engine, last = kept or load(request, stored)
         return _step(request, engine, last, self.engines)
 
+    def task_done(self) -> None:
+        self.engines.drop_unused(IDLE_DROP_MS)
+
 
 def load(request: StepRequest, stored: StoredState) -> tuple[KeyEngine, Stored]:
     engine = KeyEngine.new(request.kind, request.cluster_id, request.shard, request.settings)
@@ -169,14 +173,14 @@ def load(request: StepRequest, stored: StoredState) -> tuple[KeyEngine, Stored]:
 
 def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: EngineCache) -> StepOutput:
     kind = request.kind
-    _, offset, timer_ms, _ = request.meta or NO_META
+    _, offset, _, _ = request.meta or NO_META
     table = read_packs(*request.packs)
     newest = pc.max(table.column("event_time")).as_py() if table is not None else None
     if request.event_time_mode:
         horizon = request.watermark_ms
         if request.clock_ms is not None:
             # without this the whole micro-batch would wait in the buffer for the next one
-            horizon = max(horizon, int(request.clock_ms) - request.settings.allowed_lateness_ms)
+            horizon = max(horizon, request.clock_ms - request.settings.allowed_lateness_ms)
     else:
         now = request.processing_ms
         if newest is not None:

@@ -102,10 +102,12 @@ class EpochwatchProcessor(StatefulProcessor):
     def _write(self, kind: str, out: StepOutput, meta: tuple | None) -> None:
         name, _ = ENTITY_STATE[kind]
         state = self.entities[name]
-        if name in JSON_TABLES:
-            state.update(out.entities) if out.entities else state.clear()
-        else:
+        if name not in JSON_TABLES:
             _put(state, out.entities)
+        elif out.entities:
+            state.update(out.entities)
+        else:
+            state.clear()
         if out.cluster is not None:
             self.cluster.update(out.cluster)
         if out.alerts is not None:
