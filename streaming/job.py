@@ -168,6 +168,20 @@ class ProgressListener(StreamingQueryListener):
         self.emit(f"query {event.id} stopped" + (f": {event.exception}" if event.exception else ""))
 
 
+STATE_LAYOUT_ERRORS = ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+                       "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE")
+
+
+def failure_text(exception) -> str:
+    """A failed query's message, with the fix when the checkpoint holds another state layout."""
+    text = str(exception)
+    if any(code in text for code in STATE_LAYOUT_ERRORS):
+        text += ("\nFix: checkpoint_location holds state written by an epochwatch build with another state "
+                 "layout; start on a new checkpoint (docs/operations.md, Upgrading, says what that loses "
+                 "and how to skip nothing)")
+    return text
+
+
 def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time_mode: str = PROCESSING_TIME,
           available_now: bool = False, events_df=None, query_name: str = "epochwatch"):
     """Start the detection query over the events topic, or over ``events_df`` (decoded event rows)

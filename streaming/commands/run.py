@@ -84,7 +84,7 @@ def run(args) -> int:
     settings = config.load(args.config, parse_overrides(args.set))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from streaming.dispatch import Dispatcher
-    from streaming.job import ProgressListener, start
+    from streaming.job import ProgressListener, failure_text, start
     from streaming.pipeline import EVENT_TIME, PROCESSING_TIME
     from streaming.spark_session import build_session
 
@@ -108,6 +108,6 @@ def run(args) -> int:
             stop_between_batches(query, dispatcher)
         dispatcher.close()
     if query.exception():
-        print(f"epochwatch: the query failed: {query.exception()}", file=sys.stderr)
+        print(f"epochwatch: the query failed: {failure_text(query.exception())}", file=sys.stderr)
         return 1
     return 0

@@ -11,7 +11,8 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming.config import RuleSettings
 from streaming.packs import pack
-from streaming.processor import EpochwatchProcessor
+from streaming.processor import EpochwatchProcessor, from_json_rows, to_json_rows
+from streaming.rules.records import BrokerRecord
 from tests.unit.rules.builders import heartbeats
 
 KEY = ("c1", "brokers", 0)
@@ -30,6 +31,11 @@ def frame(events, key=KEY):
     return packs[packs["kind"] == key[1]].reset_index(drop=True)  # the clock row has a key of its own
 
 
+def stored_brokers(tester, key=KEY) -> list[BrokerRecord]:
+    value = tester.peekValueState("brokers", key)
+    return from_json_rows(BrokerRecord, value[1]) if value else []
+
+
 def alerts(pdf):
     return [(r["kind"], json.loads(r["payload"])["alertname"], json.loads(r["payload"])["status"])
             for _, r in pdf.iterrows() if r["kind"] == "alert"]
@@ -45,13 +51,15 @@ def pack_time(row):
     return 2**62 if pd.isna(row["event_time"]) else int(row["event_time"].timestamp() * 1000)
 
 
-def test_state_is_one_row_per_broker_and_inspectable():
-    """Why: on-call inspects state with format('statestore'); one row per broker is readable."""
+def test_state_is_one_record_per_broker_and_inspectable():
+    """Why: on-call inspects state with format('statestore'); the brokers value is a table with a
+    record per broker (count, and JSON rows that streaming.state_schema.json_rows explodes)."""
     tester = event_time_tester()
     tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
-    brokers = tester.peekListState("brokers", KEY)
-    assert sorted(row[0] for row in brokers) == [1, 2, 3]
-    assert {row[1] for row in brokers} == {"ACTIVE"}
+    count, _ = tester.peekValueState("brokers", KEY)
+    brokers = stored_brokers(tester)
+    assert count == 3 and sorted(b.broker_id for b in brokers) == [1, 2, 3]
+    assert {b.state for b in brokers} == {"ACTIVE"}
 
 
 def test_a_batch_is_applied_up_to_its_newest_event_minus_the_lateness_the_rest_waits():
@@ -130,7 +138,7 @@ def test_late_events_are_applied_and_counted_not_dropped():
     late = [json.loads(p) for k, p in zip(out["kind"], out["payload"]) if k == "summary"
             and json.loads(p)["kind"] == "late"]
     assert late == [{"cluster_id": "c1", "kind": "late", "key_kind": "brokers", "shard": 0, "events": 1}]
-    assert sorted(row[0] for row in tester.peekListState("brokers", KEY)) == [1, 2, 3]
+    assert sorted(b.broker_id for b in stored_brokers(tester)) == [1, 2, 3]
 
 
 def test_dead_letter_rows_pass_through_untouched():
@@ -160,7 +168,7 @@ def test_invalid_event_becomes_a_dead_letter_not_state():
                      tester.setWatermark(T0 + 4000)])
     letters = [json.loads(p) for k, p in zip(out["kind"], out["payload"]) if k == "dead_letter"]
     assert letters and "negative" in letters[0]["detail"]
-    assert sorted(r[0] for r in tester.peekListState("brokers", KEY)) == [1, 2]
+    assert sorted(b.broker_id for b in stored_brokers(tester)) == [1, 2]
 
 
 @pytest.mark.parametrize("same_generation, brokers_after", [
@@ -174,12 +182,12 @@ def test_the_worker_engine_cache_is_used_only_while_the_stored_generation_matche
     tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
     tester.setWatermark(T0 + 20000)
     horizon, offset, timer, generation = tester.peekValueState("meta", KEY)
-    only_broker_1 = [row for row in tester.peekListState("brokers", KEY) if row[0] == 1]
-    tester.updateListState("brokers", KEY, only_broker_1)
+    only_broker_1 = [b for b in stored_brokers(tester) if b.broker_id == 1]
+    tester.updateValueState("brokers", KEY, (1, to_json_rows(only_broker_1)))
     tester.updateValueState("meta", KEY, (horizon, offset, timer, generation if same_generation else generation + 1))
     tester.testInPandas(KEY, frame(heartbeats((1, 4), 20000, 22000)))
     tester.setWatermark(T0 + 22000)
-    assert sorted(row[0] for row in tester.peekListState("brokers", KEY)) == brokers_after
+    assert sorted(b.broker_id for b in stored_brokers(tester)) == brokers_after
 
 
 class CountingWrites:

@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from streaming.config import RuleSettings
-from streaming.key_steps import EngineCache, KeySteps, StepOutput, StepRequest, StoredState
+from streaming.key_steps import JSON_TABLES, EngineCache, KeySteps, StepOutput, StepRequest, StoredState
 from streaming.routing import routes
 from streaming.simulate import run_scenario
 from tests.processor.key_feed import packed
@@ -26,7 +26,7 @@ def stored_after(out: StepOutput, before: StoredState | None) -> StoredState:
 
 
 def empty_state(kind: str) -> StoredState:
-    return StoredState(None if kind in ("clients", "commits") else [], None, [], [])
+    return StoredState(None if kind in JSON_TABLES else [], None, [], [])
 
 
 def request(rules: RuleSettings, key: tuple, packs: list[bytes], meta, clock_ms: int) -> StepRequest:

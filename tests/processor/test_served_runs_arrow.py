@@ -43,7 +43,7 @@ def _run(events: list[dict], key: tuple, batch: int, skip: bool, rules: RuleSett
             mp.setattr(column_passes, "repeated_serves", lambda engine, table, rows: np.zeros(len(rows), bool))
             mp.setattr(BrokerFleet, "without_repeated_serves", lambda self, ready: ready)
         tester, rows = feed_in_batches(events, key, batch, rules)
-        state = (tester.peekListState("brokers", key), tester.peekValueState("cluster", key),
+        state = (tester.peekValueState("brokers", key), tester.peekValueState("cluster", key),
                  tester.peekListState("alerts", key))
     return [rows, state]
 

@@ -1,5 +1,5 @@
-"""On-call can read the detector's state with Spark's state data source: one row per broker in
-the `brokers` variable, and the client shards' JSON values decode with json_rows."""
+"""On-call can read the detector's state with Spark's state data source: the `brokers` and
+`clients` values are JSON tables that json_rows explodes into a row per broker or client."""
 
 import io
 import json
@@ -12,7 +12,7 @@ from streaming.dispatch import MemorySink
 from streaming.replay import replay
 from streaming.simulate import run_scenario
 from streaming.state_schema import json_rows, schema_of
-from streaming.rules.records import ClientRecord
+from streaming.rules.records import BrokerRecord, ClientRecord
 
 pytestmark = pytest.mark.spark
 
@@ -26,7 +26,8 @@ def test_state_readable_with_statestore_format(spark, tmp_path):
     replay(spark, settings, io.StringIO(text), "scenario", [MemorySink()], chunk_events=500, checkpoint=checkpoint)
 
     brokers = spark.read.format("statestore").option("stateVarName", "brokers").load(checkpoint)
-    rows = brokers.select("key.cluster_id", "key.kind", "list_element.broker_id", "list_element.state").collect()
+    rows = (brokers.select("key.cluster_id", "key.kind", F.explode(json_rows("value.rows", BrokerRecord)).alias("b"))
+            .select("kind", "b.broker_id", "b.state").collect())
     assert sorted(r["broker_id"] for r in rows) == [1, 2, 3, 4, 5, 6]
     assert {r["kind"] for r in rows} == {"brokers"}
     assert {r["state"] for r in rows} == {"ACTIVE"}  # the partitioned broker healed at the end
