@@ -59,6 +59,7 @@ class StepResult:
     status: list[dict] = field(default_factory=list)
     summaries: list[dict] = field(default_factory=list)
     invalid: list[tuple[dict, str]] = field(default_factory=list)
+    touched: set = field(default_factory=set)  # ids of the entities the step changed or added
     deadline: int | None = None
     late: int = 0
 
@@ -193,7 +194,7 @@ class KeyEngine:
             stale, overdue = table.summary(now)
             out.summaries.append({"cluster_id": self.cluster_id, "kind": "clients", "shard": self.shard,
                                   "stale_clients": stale, "overdue_clients": overdue})
-        table.touched = set()
+        out.touched, table.touched = table.touched, set()
         if out.late:
             out.summaries.append({"cluster_id": self.cluster_id, "kind": "late", "key_kind": self.kind,
                                   "shard": self.shard, "events": out.late})

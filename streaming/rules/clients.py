@@ -19,6 +19,8 @@ class ClientShard:
     cluster_id: str
     settings: RuleSettings
     clients: dict[str, ClientRecord] = field(default_factory=dict)
+    # every client changed since the engine last reported (streaming.key_steps re-serializes only
+    # these): whatever changes a record marks it here
     touched: set[str] = field(default_factory=set)
     dirty: bool = False
 
@@ -161,6 +163,7 @@ class ClientShard:
         for c in [c for c in self.clients.values() if c.stale_broker_ids]:
             for i in reversed(range(len(c.stale_broker_ids))):
                 if now - c.stale_last_ms[i] >= quiet:
+                    self.touched.add(c.client_id)
                     for lst in (c.stale_broker_ids, c.stale_since_ms, c.stale_last_ms, c.stale_counts):
                         del lst[i]
 

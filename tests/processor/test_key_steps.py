@@ -13,6 +13,7 @@ from streaming.key_steps import JSON_TABLES, EngineCache, KeySteps, StepOutput, 
 from streaming.routing import routes
 from streaming.simulate import run_scenario
 from tests.processor.key_feed import packed
+from tests.unit.rules.builders import response
 
 BATCH = 150  # events per micro-batch: several steps per key, events waiting in the buffer
 
@@ -44,16 +45,34 @@ def test_a_kept_engine_steps_exactly_as_one_rebuilt_from_the_store(name):
     key of the scenario, step by step, with both."""
     result = run_scenario(name)
     rules = result.truth.rule_settings()
-    events = result.events
-    keys = sorted({(ev["cluster_id"], kind, shard) for ev in events for kind, shard in routes(ev, rules.client_shards)})
+    keys = sorted({(ev["cluster_id"], kind, shard) for ev in result.events
+                   for kind, shard in routes(ev, rules.client_shards)})
     assert {k[1] for k in keys} >= {"brokers", "clients"}
+    step_kept_and_rebuilt(result.events, rules, keys)
+
+
+def test_a_stale_incident_that_ends_quietly_is_stored_by_a_kept_engine():
+    """Why: a kept client shard serializes again only the clients its step touched
+    (key_steps.INCREMENTAL_JSON); a stale incident that ends because the broker went quiet, with
+    no event of that client, changes the client all the same and must reach the store."""
+    rules = RuleSettings()
+    quiet = rules.stale_incident_quiet_ms
+    events = [response(0, "a", 1, 5), response(1_000, "a", 2, 3)]  # broker 2 answers an older epoch
+    events += [response(t, "b", 1, 5) for t in range(2_000, 2 * quiet, 1_000)]  # only client b after that
+    keys = sorted({(ev["cluster_id"], kind, shard) for ev in events for kind, shard in routes(ev, rules.client_shards)
+                   if kind == "clients"})
+    assert len(keys) == 2, "a and b in shards of their own: a's shard has no event while the incident ends"
+    step_kept_and_rebuilt(events, rules, keys, batch=10)
+
+
+def step_kept_and_rebuilt(events: list[dict], rules: RuleSettings, keys: list[tuple], batch: int = BATCH) -> None:
+    """Every key, step by step, with its engine kept and with it rebuilt from what was stored."""
     kept_steps, compared = KeySteps(), 0
     for key in keys:
         meta, stored = None, None
-        for start in range(0, len(events), BATCH):
-            batch = events[start:start + BATCH]
-            packs = packed(batch, key)
-            clock = max(ev["event_time"] for ev in events[:start + BATCH])
+        for start in range(0, len(events), batch):
+            packs = packed(events[start:start + batch], key)
+            clock = max(ev["event_time"] for ev in events[:start + batch])
             step = request(rules, key, packs, meta, clock)
             kept = kept_steps.step(step) or kept_steps.step(step, empty_state(key[1]))
             rebuilt = KeySteps().step(step, stored or empty_state(key[1]))
