@@ -35,7 +35,7 @@ class OutputBatch:
             elif kind == "transition":
                 batch.transitions.append(payload)
             elif kind == "broker_status":
-                batch.broker_status.append(payload)
+                batch.broker_status.extend(payload)  # one row per brokers key: state_schema.OUTPUT_SCHEMA
             elif kind == "summary":
                 batch.summaries.append(payload)
             elif kind == "dead_letter":

@@ -291,8 +291,9 @@ def _output_rows(cluster_id: str, now: int, result) -> list[dict]:
             for a in result.alerts]
     rows += [{"kind": "transition", "cluster_id": cluster_id, "event_time": t["at_ms"], "payload": json_text(t)}
              for t in result.transitions]
-    rows += [{"kind": "broker_status", "cluster_id": cluster_id, "event_time": now, "payload": json_text(s)}
-             for s in result.status]
+    if result.status:
+        rows.append({"kind": "broker_status", "cluster_id": cluster_id, "event_time": now,
+                     "payload": orjson.dumps(result.status).decode()})
     rows += [{"kind": "summary", "cluster_id": cluster_id, "event_time": now, "payload": json_text(s)}
              for s in result.summaries]
     for ev, reason in result.invalid:
