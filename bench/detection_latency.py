@@ -31,9 +31,12 @@ def main(argv=None) -> int:
     ap.add_argument("--trigger", default="0 seconds", help="processing-time trigger interval")
     ap.add_argument("--engine-hosts", choices=("true", "false"), default="true",
                     help="spark.epochwatch.engineHosts (false: state keys stepped in Spark's Python workers)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a configuration override, as `epochwatch run --set` takes (e.g. rules.state.client.shards=8)")
     args = ap.parse_args(argv)
 
     from streaming import config
+    from streaming.commands.run import parse_overrides
     from streaming.commands.run import stop_between_batches
     from streaming.dispatch import Dispatcher
     from streaming.embedded import EmbeddedBroker, create_topics
@@ -58,7 +61,7 @@ def main(argv=None) -> int:
             pass
 
     with EmbeddedBroker() as broker:
-        settings = config.load(overrides={"kafka.bootstrap.servers": broker.bootstrap_servers,
+        settings = config.load(overrides={**parse_overrides(args.set), "kafka.bootstrap.servers": broker.bootstrap_servers,
                                           "kafka.startingOffsets": "earliest"})
         checkpoint = tempfile.mkdtemp(prefix="epochwatch-latency-")  # ~200 MB after a default run: removed below
         settings = dataclasses.replace(settings, checkpoint_location=checkpoint, trigger_interval=args.trigger)
@@ -116,7 +119,8 @@ def main(argv=None) -> int:
         shutil.rmtree(checkpoint, ignore_errors=True)
 
     print(f"\ntarget {args.rate:,} events/s, trigger '{args.trigger}', 1,000 brokers / 100,000 clients, "
-          f"engine hosts {args.engine_hosts}")
+          f"engine hosts {args.engine_hosts}, client shards {settings.rules.client_shards}"
+          + "".join(f", {s}" for s in args.set))
     for phase, first, last in ((f"first {args.warmup} s after the start", 0, steady_from),
                                (f"steady, next {args.seconds} s", steady_from, float("inf"))):
         report(phase, {b: t for b, t in injected.items() if first <= t < last}, emitted,
@@ -151,7 +155,6 @@ def _started(progress: dict) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
-    return 0
 
 
 if __name__ == "__main__":
