@@ -179,9 +179,13 @@ def expected_verdict(value: bytes | None) -> tuple[str, str]:
     kind, result = outcome(value)
     if kind == "dead":
         return "dead", result
-    if abs(result["event_time"]) > SPARK_MAX_MS:
+    return verdict_on_decoded(result)
+
+
+def verdict_on_decoded(event: dict) -> tuple[str, str]:
+    if abs(event["event_time"]) > SPARK_MAX_MS:
         return "dead", "event_time_out_of_range"  # valid Avro, but no Spark timestamp holds it
-    return "row", result["event_type"]
+    return "row", event["event_type"]
 
 
 def assert_batch(messages: list[Message], expected: list[tuple[str, str]], keep_rows: bool, decoder) -> None:
@@ -216,9 +220,10 @@ def _schemaless_expected(value: bytes | None, header: str | None) -> tuple[str, 
     if header in events.EVENT_TYPES and header not in events.INPUT_EVENT_TYPES:
         return "dead", "unknown_event_type"
     try:
-        return "row", avro_codec.decode_schemaless(value, header)["event_type"]
+        event = avro_codec.decode_schemaless(value, header)
     except DecodeError as exc:
         return "dead", exc.reason
+    return verdict_on_decoded(event)
 
 
 schemaless_messages = st.tuples(
@@ -283,5 +288,16 @@ def test_decoded_batch_dead_letters_an_event_time_beyond_sparks_timestamp_range(
     far = avro_codec.encode({**HEARTBEAT, "event_time": 2**62})
     messages = [message(0, avro_codec.encode(HEARTBEAT)), message(1, far)]
     batch, dead = record_batches.decoded_batch(messages, record_batches.confluent_decoder(), False)
+    assert [(d.offset, d.reason) for d in dead] == [(1, "event_time_out_of_range")]
+    assert batch.num_rows == 1
+
+
+def test_schemaless_batch_dead_letters_an_event_time_beyond_sparks_timestamp_range():
+    """Why: the same for schemaless values (the event type in a header); the property's expected
+    verdict once missed it (found: a heartbeat whose event_time varint decoded out of that range)."""
+    far = avro_codec.encode_schemaless({**HEARTBEAT, "event_time": 2**62})
+    header = [("event_type", b"broker_heartbeat")]
+    messages = [message(0, avro_codec.encode_schemaless(HEARTBEAT), header), message(1, far, header)]
+    batch, dead = record_batches.decoded_batch(messages, record_batches.schemaless_decoder(), False)
     assert [(d.offset, d.reason) for d in dead] == [(1, "event_time_out_of_range")]
     assert batch.num_rows == 1
