@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
@@ -181,8 +182,13 @@ class KeyEngine:
         time has passed but that an open alert keeps must not hide the expiry of the others."""
         expiry = self.settings.entity_expiry_ms
         # each table keeps its entities in an attribute named like its kind (brokers, clients, ...)
-        return first_after([e.last_event_ms + expiry for e in getattr(self.table, self.kind).values()
-                            if e.last_event_ms != NO_TIME], now)
+        entities = getattr(self.table, self.kind).values()
+        # Nearly always every entity was heard from within the expiry: the oldest one's time, found
+        # in C, is the answer (a client shard's step asks three times, over thousands of clients).
+        oldest = min(map(_last_event, entities), default=NO_TIME)
+        if oldest != NO_TIME and oldest + expiry > now:
+            return oldest + expiry
+        return first_after([e.last_event_ms + expiry for e in entities if e.last_event_ms != NO_TIME], now)
 
     def _report(self, out: StepResult, now: int) -> None:
         table = self.table
@@ -198,6 +204,9 @@ class KeyEngine:
         if out.late:
             out.summaries.append({"cluster_id": self.cluster_id, "kind": "late", "key_kind": self.kind,
                                   "shard": self.shard, "events": out.late})
+
+
+_last_event = attrgetter("last_event_ms")
 
 
 def _event_time(ev: dict) -> int:
