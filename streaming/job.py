@@ -168,8 +168,9 @@ class ProgressListener(StreamingQueryListener):
         self.emit(f"query {event.id} stopped" + (f": {event.exception}" if event.exception else ""))
 
 
+# Spark 4.3's error conditions for state that does not match what the query declares
 STATE_LAYOUT_ERRORS = ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
-                       "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE")
+                       "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE", "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE")
 
 
 def failure_text(exception) -> str:

@@ -31,7 +31,7 @@ from streaming.rules import records
 # State variable per key kind: nodes keep one typed ListState row per node (few, rarely changed);
 # brokers, clients and commits one JSON table per key, rewritten in one piece every step: a
 # brokers key's 1,000-row ListState took ~50 ms to write each micro-batch (nearly every broker
-# heartbeats in one), its JSON value ~2 ms (bench/RESULTS.md, session 14).
+# heartbeats in one), its JSON value ~5 ms (bench/RESULTS.md, session 14).
 ENTITY_STATE = {"brokers": ("brokers", records.BrokerRecord), "clients": ("clients", records.ClientRecord),
                 "nodes": ("nodes", records.NodeRecord), "commits": ("commits", records.CommitRecord)}
 JSON_TABLES = frozenset({"brokers", "clients", "commits"})
