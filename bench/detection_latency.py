@@ -36,8 +36,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from streaming import config
-    from streaming.commands.run import parse_overrides
-    from streaming.commands.run import stop_between_batches
+    from streaming.commands.run import parse_overrides, stop_between_batches
     from streaming.dispatch import Dispatcher
     from streaming.embedded import EmbeddedBroker, create_topics
     from streaming.job import start

@@ -19,8 +19,8 @@ class ClientShard:
     cluster_id: str
     settings: RuleSettings
     clients: dict[str, ClientRecord] = field(default_factory=dict)
-    # every client changed since the engine last reported (streaming.key_steps re-serializes only
-    # these): whatever changes a record marks it here
+    # every client changed since the engine last reported (streaming.key_steps reads only these
+    # again for the stored JSON): whatever changes a record marks it here
     touched: set[str] = field(default_factory=set)
     dirty: bool = False
 

@@ -52,7 +52,7 @@ def test_a_kept_engine_steps_exactly_as_one_rebuilt_from_the_store(name):
 
 
 def test_a_stale_incident_that_ends_quietly_is_stored_by_a_kept_engine():
-    """Why: a kept client shard serializes again only the clients its step touched
+    """Why: a kept client shard reads again only the clients its step touched
     (key_steps.INCREMENTAL_JSON); a stale incident that ends because the broker went quiet, with
     no event of that client, changes the client all the same and must reach the store."""
     rules = RuleSettings()

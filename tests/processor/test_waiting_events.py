@@ -17,9 +17,8 @@ from streaming.engine import KeyEngine
 from streaming import engine_host, key_steps
 from streaming.processor import EpochwatchProcessor
 from streaming.routing import routes
-from streaming.rules.records import BrokerRecord
 from streaming.simulate import ClusterShape, run_scenario
-from tests.processor.test_epochwatch_processor import pack_time
+from tests.processor.test_epochwatch_processor import pack_time, stored_brokers
 from tests.processor.test_served_runs_arrow import packed
 from tests.unit.rules.builders import heartbeats
 
@@ -84,5 +83,5 @@ def test_a_buffer_pickled_by_an_older_version_still_loads(monkeypatch):
     # restarted: a new Python worker reads the state
     monkeypatch.setattr(engine_host.IN_PROCESS, "engines", key_steps.EngineCache())
     tester.setWatermark(20_000)
-    brokers = {b.broker_id for b in key_steps.from_json_rows(BrokerRecord, tester.peekValueState("brokers", key)[1])}
+    brokers = {b.broker_id for b in stored_brokers(tester, key)}
     assert brokers == {1, 2, 3, 4}
