@@ -111,10 +111,33 @@ class SinkSettings:
 
 
 @dataclass(frozen=True)
+class CollectSettings:
+    """``epochwatch collect``: the cluster it watches and how (streaming/collect/)."""
+
+    # the watched cluster; unset: kafka.bootstrap.servers (the cluster that carries the events)
+    bootstrap_servers: str | None = field(default=None, metadata=_alias("bootstrap.servers"))
+    # the Prometheus JMX exporters of the cluster's brokers and controllers, comma-separated
+    metrics_urls: str = field(default="", metadata=_alias("metrics.urls"))
+    interval_ms: int = field(default=2000, metadata=_alias("interval.ms"))
+    request_timeout_ms: int = field(default=1500, metadata=_alias("request.timeout.ms"))
+    # the client id of its probes, and the client_id of the events about what they were answered
+    client_id: str = field(default="epochwatch-collector", metadata=_alias("probe.client.id"))
+    # a broker whose applied metadata is older than this serves stale metadata (the controller
+    # writes a record at least every metadata.max.idle.interval.ms, 500 ms by default)
+    metadata_stale_after_ms: int = field(default=5000, metadata=_alias("metadata.stale.after.ms"))
+    # the watched cluster's security settings, in librdkafka's names as under kafka.client
+    client: Mapping[str, str] = field(default_factory=dict, metadata=_alias("client"))
+
+    def urls(self) -> list[str]:
+        return [u.strip() for u in self.metrics_urls.split(",") if u.strip()]
+
+
+@dataclass(frozen=True)
 class Settings:
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     rules: RuleSettings = field(default_factory=RuleSettings)
     sinks: SinkSettings = field(default_factory=SinkSettings)
+    collect: CollectSettings = field(default_factory=CollectSettings)
     checkpoint_location: str = "/tmp/epochwatch/checkpoint"
     trigger_interval: str = "1 second"
     spark: Mapping[str, str] = field(default_factory=dict)
@@ -211,6 +234,15 @@ def validate(settings: Settings) -> Settings:
     url = settings.sinks.alertmanager_url
     if url and not url.startswith(("http://", "https://")):
         raise ConfigError("sinks.alertmanager.url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
+    c = settings.collect
+    for key, value in (("interval.ms", c.interval_ms), ("request.timeout.ms", c.request_timeout_ms),
+                       ("metadata.stale.after.ms", c.metadata_stale_after_ms)):
+        if value <= 0:
+            raise ConfigError(f"collect.{key}", f"{value} is not above 0", "leave it out for the default, or use e.g. 2000")
+    for u in c.urls():
+        if not u.startswith(("http://", "https://")):
+            raise ConfigError("collect.metrics.urls", f"{u!r} is not an http(s) URL",
+                              "list the exporters' URLs, comma-separated, e.g. http://broker-1:7071/metrics")
     if r.client_shards < 1:
         raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (at least 4x the shuffle partitions)")
     return settings
@@ -233,14 +265,14 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
     for dotted, value in (overrides or {}).items():
         section, _, rest = dotted.partition(".")
         raw.setdefault(section, {})
-        if rest.startswith("client.") and section == "kafka":  # a librdkafka setting
+        if rest.startswith("client.") and section in ("kafka", "collect"):  # a librdkafka setting
             client = raw[section].setdefault("client", {}) or {}
             raw[section]["client"] = {**client, rest[len("client."):]: value}
         elif isinstance(raw[section], dict) and rest:
             raw[section][rest] = value
         else:
             raw[section] = value
-    known = {"kafka", "rules", "sinks", "checkpoint_location", "trigger_interval", "spark"}
+    known = {"kafka", "rules", "sinks", "collect", "checkpoint_location", "trigger_interval", "spark"}
     for k in raw:
         if k not in known:
             raise ConfigError(k, "is not a known section", f"use one of {', '.join(sorted(known))}")
@@ -252,6 +284,7 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
         kafka=_build(KafkaSettings, "kafka", raw.get("kafka", {}) or {}),
         rules=_build(RuleSettings, "rules", raw.get("rules", {}) or {}),
         sinks=_build(SinkSettings, "sinks", raw.get("sinks", {}) or {}),
+        collect=_build(CollectSettings, "collect", raw.get("collect", {}) or {}),
         spark={str(k): str(_expand_env(v, f"spark.{k}")) for k, v in spark.items()},
         **{k: str(v) for k, v in top.items()},
     ))

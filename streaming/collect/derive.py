@@ -1,0 +1,217 @@
+"""Pure: one round of observations of a real cluster -> the contract's events (docs/events.md,
+"Deriving events from a real cluster"). No I/O and no clock: the round carries its time.
+
+What a stock KRaft cluster lets an outside process see is not the heartbeat RPC itself but its
+shadows; each rule below says which shadow it reads and why it is sound:
+
+- heartbeat: the active controller's ``TimeSinceLastHeartbeatReceivedMs`` per broker gives the
+  time of the last heartbeat it received (or, without the controller's exporter, the broker's last
+  metadata fetch from DescribeQuorum, which rides the same controller connection). One event per
+  heartbeat that moved on; none while the controller hears nothing, so silence reaches the job as
+  silence and its own timeout decides.
+- incarnation: the broker process's ``start-time-ms`` (app-info), which grows with every start, as
+  KIP-343's incarnation id does. The broker epoch itself is in no API.
+- metadata update: the metadata offset a broker has applied; only ever sent upward per broker,
+  because a restarting broker replays its log from a snapshot and a lower number would read as
+  the controller numbering backwards.
+- metadata response: the collector asks every broker in turn and compares the answers per
+  partition (leader epochs, KIP-320) and by how old the broker's applied metadata is. Answers
+  that are current carry one shared, never decreasing version (the lowest applied offset among
+  the current brokers), so healthy brokers sampled a few milliseconds apart never look stale to
+  each other; an answer that is behind carries a lower number. Partitions are keyed by topic id,
+  so a re-created topic (leader epochs start again at 0) is a new partition, not a stale one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from streaming.collect.exporter import (BROKER_PENDING_CONTROLLED_SHUTDOWN, BROKER_SHUTTING_DOWN,
+                                        REGISTRATION_CONTROLLED_SHUTDOWN, REGISTRATION_FENCED)
+from streaming.collect.probes import MetadataAnswer
+
+# How long a partition's newest leader epoch is remembered after the last answer that listed it
+# (a deleted topic must not be compared against forever).
+PARTITION_MEMORY_MS = 600_000
+
+
+@dataclass(frozen=True)
+class DeriveSettings:
+    client_id: str = "epochwatch-collector"
+    session_timeout_ms: int = 9000        # broker.session.timeout.ms of the watched cluster
+    heartbeat_interval_ms: int = 2000     # broker.heartbeat.interval.ms
+    stale_after_ms: int = 5000            # applied metadata older than this is behind
+
+
+@dataclass(frozen=True)
+class BrokerObservation:
+    """One broker in one round; ``None`` where no source showed the value."""
+
+    broker_id: int
+    fenced: bool | None = None             # DescribeCluster (KIP-1073)
+    registration: int | None = None        # the active controller's BrokerRegistrationState
+    last_heartbeat_ms: int | None = None   # the active controller's last heartbeat from it
+    last_fetch_ms: int | None = None       # DescribeQuorum observer: its last metadata fetch
+    fetched_offset: int | None = None      # DescribeQuorum observer: log end offset fetched
+    start_time_ms: int | None = None       # its own exporter: app-info start-time-ms
+    broker_state: int | None = None        # its own exporter: BrokerState
+    applied_offset: int | None = None      # its own exporter: last-applied-record-offset
+    applied_timestamp_ms: int | None = None
+
+    @property
+    def offset(self) -> int | None:
+        return self.applied_offset if self.applied_offset is not None else self.fetched_offset
+
+    @property
+    def heartbeat_ms(self) -> int | None:
+        return self.last_heartbeat_ms if self.last_heartbeat_ms is not None else self.last_fetch_ms
+
+    @property
+    def controller_state(self) -> str:
+        """The state the controller keeps for it, in the contract's names."""
+        if (self.registration == REGISTRATION_CONTROLLED_SHUTDOWN
+                or self.broker_state in (BROKER_PENDING_CONTROLLED_SHUTDOWN, BROKER_SHUTTING_DOWN)):
+            return "STOPPING"
+        if self.registration == REGISTRATION_FENCED or self.fenced:
+            return "INACTIVE"
+        return "ACTIVE"
+
+
+@dataclass(frozen=True)
+class Round:
+    now_ms: int
+    cluster_id: str
+    controller_id: int
+    controller_epoch: int
+    brokers: Mapping[int, BrokerObservation]
+    answers: Mapping[int, MetadataAnswer] = field(default_factory=dict)
+    failures: Mapping[int | None, str] = field(default_factory=dict)  # node (None: any) -> reason
+
+
+@dataclass
+class Sent:
+    """What the collector already told the job, per broker; the deriver's only memory."""
+
+    heartbeat_ms: dict[int, int] = field(default_factory=dict)
+    state: dict[int, str] = field(default_factory=dict)
+    offset: dict[int, int] = field(default_factory=dict)
+    incarnation: dict[int, int] = field(default_factory=dict)
+    newest_epochs: dict[tuple, tuple[int, int]] = field(default_factory=dict)  # partition -> (epoch, seen)
+    served_version: int = -1
+
+
+class EventDeriver:
+    def __init__(self, settings: DeriveSettings):
+        self.settings, self.sent = settings, Sent()
+
+    def derive(self, r: Round) -> list[dict]:
+        out = [self._failure(r, node, reason) for node, reason in sorted(r.failures.items(), key=lambda kv: kv[0] or -1)]
+        for broker_id in sorted(r.brokers):
+            out.extend(self._heartbeats(r, r.brokers[broker_id]))
+            out.extend(self._metadata_update(r, r.brokers[broker_id]))
+        out.extend(self._responses(r))
+        return out
+
+    # --- heartbeats ----------------------------------------------------------------------------
+
+    def _heartbeats(self, r: Round, b: BrokerObservation) -> list[dict]:
+        s, sent, bid = self.settings, self.sent, b.broker_id
+        if b.start_time_ms is not None:
+            sent.incarnation[bid] = b.start_time_ms
+        hb = b.heartbeat_ms
+        # The controller's gauge stops at the session timeout: from there on it says nothing new.
+        if hb is None or r.now_ms - hb >= s.session_timeout_ms:
+            return []
+        state, last = b.controller_state, sent.heartbeat_ms.get(bid)
+        moved_on = last is None or hb > last + s.heartbeat_interval_ms // 2
+        if not moved_on:
+            # Fenced within a session of its last heartbeat, and no heartbeat since: the
+            # controller let it go (controlled shutdown) between two rounds; a timeout would take
+            # the whole session. Said once, at that last heartbeat, so the job's clean-shutdown
+            # rules apply instead of a heartbeat timeout.
+            if state == "INACTIVE" and sent.state.get(bid) in ("ACTIVE", "STOPPING"):
+                sent.state[bid] = "INACTIVE"  # what the job will conclude once the session has passed
+                return [self._heartbeat(r, bid, last, "STOPPING", f"{last}-shutdown")]
+            return []
+        sent.heartbeat_ms[bid], sent.state[bid] = hb, state
+        return [self._heartbeat(r, bid, hb, state, str(hb), b.offset)]
+
+    def _heartbeat(self, r: Round, bid: int, t: int, state: str, tag: str, offset: int | None = None) -> dict:
+        stopping = state == "STOPPING"
+        return {**self._head(r, "broker_heartbeat", f"broker-{bid}", tag, t),
+                "controller_id": r.controller_id, "controller_epoch": r.controller_epoch, "broker_id": bid,
+                "incarnation_id": self.sent.incarnation.get(bid, 0), "incarnation_uuid": None,
+                "target_state": "STOPPING" if stopping else "ACTIVE", "want_fence": None,
+                "want_shutdown": True if stopping else None, "current_metadata_offset": offset,
+                "error_code": 0, "current_state": state}
+
+    # --- metadata updates ---------------------------------------------------------------------
+
+    def _metadata_update(self, r: Round, b: BrokerObservation) -> list[dict]:
+        offset = b.offset
+        if offset is None or offset < 0 or offset <= self.sent.offset.get(b.broker_id, -1):
+            return []
+        self.sent.offset[b.broker_id] = offset
+        return [{**self._head(r, "metadata_update", f"broker-{b.broker_id}", str(offset), r.now_ms),
+                 "controller_id": r.controller_id, "controller_epoch": r.controller_epoch,
+                 "metadata_epoch": offset, "broker_id": b.broker_id}]
+
+    # --- what brokers serve -------------------------------------------------------------------
+
+    def _responses(self, r: Round) -> list[dict]:
+        s, sent = self.settings, self.sent
+        newest = sent.newest_epochs
+        for answer in r.answers.values():
+            for partition, epoch in answer.leader_epochs.items():
+                known = newest.get(partition)
+                newest[partition] = (max(epoch, known[0]) if known else epoch, r.now_ms)
+        for partition in [p for p, (_, seen) in newest.items() if r.now_ms - seen > PARTITION_MEMORY_MS]:
+            del newest[partition]
+        behind = {bid for bid, a in r.answers.items() if a.error_code == 0 and self._behind(r, bid, a)}
+        current = [bid for bid, a in r.answers.items() if a.error_code == 0 and bid not in behind]
+        offsets = [o for bid in current if (o := self._offset(r, bid)) is not None]
+        if offsets:
+            sent.served_version = max(sent.served_version, min(offsets))
+        version = sent.served_version
+        out = []
+        for bid in sorted(r.answers):
+            a = r.answers[bid]
+            if a.error_code != 0:
+                epoch = -1
+            elif bid in behind:
+                own = self._offset(r, bid)
+                epoch = version - 1 if own is None else min(own, version - 1)
+                epoch = epoch if epoch >= 0 else -1
+            else:
+                epoch = version
+            out.append({**self._head(r, "metadata_response", f"client-{s.client_id}", f"{bid}", r.now_ms),
+                        "client_id": s.client_id, "broker_id": bid, "metadata_epoch": epoch,
+                        "error_code": a.error_code, "broker_count": len(a.broker_ids),
+                        "response_cluster_id": a.cluster_id})
+        return out
+
+    def _behind(self, r: Round, bid: int, answer: MetadataAnswer) -> bool:
+        newest = self.sent.newest_epochs
+        if any(epoch < newest[p][0] for p, epoch in answer.leader_epochs.items()):
+            return True
+        b = r.brokers.get(bid)
+        applied_at = b.applied_timestamp_ms if b is not None else None
+        return applied_at is not None and r.now_ms - applied_at > self.settings.stale_after_ms
+
+    @staticmethod
+    def _offset(r: Round, bid: int) -> int | None:
+        b = r.brokers.get(bid)
+        return b.offset if b is not None else None
+
+    # --- failures -----------------------------------------------------------------------------
+
+    def _failure(self, r: Round, node_id: int | None, reason: str) -> dict:
+        s = self.settings
+        return {**self._head(r, "metadata_request_failed", f"client-{s.client_id}", f"{node_id}", r.now_ms),
+                "client_id": s.client_id, "node_id": node_id, "reason": reason}
+
+    def _head(self, r: Round, event_type: str, entity: str, tag: str, t: int) -> dict:
+        # Stable ids: a round re-sent after a publish failure rewrites the same events.
+        return {"event_type": event_type, "event_id": f"{self.settings.client_id}/{r.cluster_id}/{entity}/{event_type}/{tag}@{r.now_ms}",
+                "cluster_id": r.cluster_id, "event_time": t}

@@ -1,0 +1,117 @@
+"""What one node's Prometheus JMX exporter says, reduced to the few values the collector reads.
+
+The exporter is configured by each team; two naming styles are common and both are read here:
+the catch-all rule (``kafka_controller_kafkacontroller_value{name="BrokerRegistrationState",
+broker="1"}``) and Strimzi's style (``kafka_controller_kafkacontroller_brokerregistrationstate
+{broker="1"}``). A ``*_value`` sample with a ``name`` label is folded into the second form, so one
+table of names serves both. Parsing is prometheus-client's, not ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+# Kafka's numbers for a broker's registration at the controller (KAFKA-18666, Kafka 4.1+).
+REGISTRATION_FENCED, REGISTRATION_CONTROLLED_SHUTDOWN, REGISTRATION_ACTIVE = 10, 20, 30
+# kafka.server:type=KafkaServer,name=BrokerState (org.apache.kafka.metadata.BrokerState)
+BROKER_RUNNING, BROKER_PENDING_CONTROLLED_SHUTDOWN, BROKER_SHUTTING_DOWN = 3, 6, 7
+
+_CONTROLLER = "kafka_controller_kafkacontroller_"
+_NAMES = {
+    "registration": _CONTROLLER + "brokerregistrationstate",
+    "since_heartbeat": _CONTROLLER + "timesincelastheartbeatreceivedms",
+    "active_controller": _CONTROLLER + "activecontrollercount",
+    "broker_state": "kafka_server_kafkaserver_brokerstate",
+    "applied_offset": "kafka_server_broker_metadata_metrics_last_applied_record_offset",
+    "applied_timestamp": "kafka_server_broker_metadata_metrics_last_applied_record_timestamp",
+    "current_controller": "kafka_server_metadataloader_currentcontrollerid",
+    "raft_leader": "kafka_server_raft_metrics_current_leader",
+    "raft_epoch": "kafka_server_raft_metrics_current_epoch",
+    "high_watermark": "kafka_server_raft_metrics_high_watermark",
+}
+_START_TIMES = ("kafka_server_app_info_starttimems", "kafka_server_app_info_start_time_ms")
+
+
+class ScrapeError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class NodeMetrics:
+    """One scrape of one node. ``None``: the exporter did not show that value."""
+
+    node_id: int | None
+    start_time_ms: int | None           # app-info: changes with every process start
+    broker_state: int | None
+    applied_offset: int | None          # the metadata offset the broker has applied ...
+    applied_timestamp_ms: int | None    # ... and the time the controller wrote that record
+    current_controller_id: int | None
+    raft_leader: int | None
+    raft_epoch: int | None
+    high_watermark: int | None
+    is_active_controller: bool = False
+    # the active controller's view of every broker (empty elsewhere)
+    registration: dict[int, int] = field(default_factory=dict)
+    since_heartbeat_ms: dict[int, int] = field(default_factory=dict)
+
+
+def _samples(text: str):
+    """(folded name, labels, value) for every sample, in the Strimzi-style naming."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name, labels = sample.name, dict(sample.labels)
+            if name.endswith("_value") and "name" in labels:
+                name = name[: -len("value")] + labels.pop("name").lower()
+            yield name.lower(), labels, sample.value
+
+
+def parse(text: str) -> NodeMetrics:
+    """The collector's values from one exporter page (the text format)."""
+    single: dict[str, float] = {}
+    per_broker: dict[str, dict[int, int]] = {"registration": {}, "since_heartbeat": {}}
+    node_id = start_time = None
+    by_name = {v: k for k, v in _NAMES.items()}
+    for name, labels, value in _samples(text):
+        if name in _START_TIMES:
+            start_time = int(value)
+            if "id" in labels and labels["id"].lstrip("-").isdigit():
+                node_id = int(labels["id"])
+            continue
+        key = by_name.get(name)
+        if key is None or value != value:  # unknown, or NaN
+            continue
+        if key in per_broker:
+            if labels.get("broker", "").lstrip("-").isdigit():
+                per_broker[key][int(labels["broker"])] = int(value)
+        else:
+            single[key] = value
+
+    def num(key: str) -> int | None:
+        return int(single[key]) if key in single else None
+
+    leader = num("raft_leader")
+    if "active_controller" in single:
+        active = single["active_controller"] == 1
+    else:  # an exporter that drops ActiveControllerCount: the raft leader is the active controller
+        active = node_id is not None and leader == node_id and bool(per_broker["registration"])
+    return NodeMetrics(node_id=node_id, start_time_ms=start_time, broker_state=num("broker_state"),
+                       applied_offset=num("applied_offset"), applied_timestamp_ms=num("applied_timestamp"),
+                       current_controller_id=num("current_controller"), raft_leader=leader, raft_epoch=num("raft_epoch"),
+                       high_watermark=num("high_watermark"), is_active_controller=bool(active),
+                       registration=per_broker["registration"] if active else {},
+                       since_heartbeat_ms=per_broker["since_heartbeat"] if active else {})
+
+
+def scrape(url: str, timeout_s: float, session: requests.Session | None = None) -> NodeMetrics:
+    try:
+        response = (session or requests).get(url, timeout=timeout_s)
+        response.raise_for_status()
+    except requests.RequestException as exc:
+        raise ScrapeError(f"{url}: {type(exc).__name__}") from None
+    try:
+        return parse(response.text)
+    except ValueError as exc:
+        raise ScrapeError(f"{url}: not the Prometheus text format ({exc})") from None

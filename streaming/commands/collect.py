@@ -1,0 +1,48 @@
+"""``epochwatch collect``: watch a real Kafka cluster from outside and produce the contract's
+events to the events topic (streaming/collect/, docs/events.md "Deriving events from a real
+cluster")."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from streaming import config as config_module
+from streaming.commands.run import parse_overrides
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "collect", help="watch a Kafka cluster (Admin API, Metadata probes, JMX exporters) and produce events",
+        description="Watch a KRaft Kafka cluster from outside: DescribeQuorum, DescribeCluster with fenced brokers, a "
+                    "Metadata request to every broker in turn, and the brokers' and controllers' Prometheus JMX "
+                    "exporters (collect.metrics.urls). Produces broker_heartbeat, metadata_update, metadata_response "
+                    "and metadata_request_failed events to kafka.topics.events; prints one status line per round.")
+    p.add_argument("--config", help="YAML config file (section 'collect:', see deploy/config/epochwatch.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set collect.metrics.urls=http://127.0.0.1:7071/metrics")
+    p.add_argument("--rounds", type=int, default=None, help="stop after this many rounds (default: run until stopped)")
+    p.add_argument("--quiet", action="store_true", help="no status line per round")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from streaming.collect.collector import Collector
+    from streaming.collect.publish import EventPublisher
+
+    settings = config_module.load(args.config, parse_overrides(args.set))
+    k = settings.kafka
+    publisher = EventPublisher(k.bootstrap_servers, k.events_topic, encoding=k.encoding, client=k.client)
+    collector = Collector(settings, publisher)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        collector.run(stop=lambda: bool(stopping), status=None if args.quiet else sys.stderr, rounds=args.rounds)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        collector.close()
+        left = publisher.flush(10)
+        if left:
+            print(f"epochwatch collect: {left} events not acknowledged at exit", file=sys.stderr)
+    return 0

@@ -1,0 +1,249 @@
+"""Deriving contract events from rounds of observations of a real cluster: the rules of
+streaming/collect/derive.py one by one, then whole incidents through the detection rules."""
+
+from dataclasses import replace
+
+import pytest
+
+from streaming.collect.derive import BrokerObservation, DeriveSettings, EventDeriver, Round
+from streaming.collect.exporter import REGISTRATION_ACTIVE, REGISTRATION_CONTROLLED_SHUTDOWN, REGISTRATION_FENCED
+from streaming.collect.probes import MetadataAnswer
+from streaming.config import RuleSettings
+from streaming.events import normalize
+from streaming.local import detect_all
+
+S = DeriveSettings()  # session 9000, heartbeat interval 2000, stale after 5000
+BROKERS = (1, 2, 3)
+T0 = 1_767_225_600_000
+
+
+def obs(bid, t, **kw) -> BrokerObservation:
+    """A healthy broker at time t: heartbeat every 2 s, metadata applied 4 offsets a round."""
+    base = dict(registration=REGISTRATION_ACTIVE, fenced=False, last_heartbeat_ms=t - (t % 2000) + 100 * bid - 2000,
+                start_time_ms=T0 - 3_600_000 + bid, broker_state=3,
+                applied_offset=1000 + (t - T0) // 500, applied_timestamp_ms=t - 200)
+    return BrokerObservation(bid, **{**base, **kw})
+
+
+def answer(bid, epochs=None, brokers=BROKERS) -> MetadataAnswer:
+    return MetadataAnswer(bid, "cluster-a", 0, brokers, epochs if epochs is not None else {("topic-id-a", 0): 5})
+
+
+def rnd(t, observations, answers=None, failures=None, controller=(3000, 7)) -> Round:
+    return Round(t, "cluster-a", *controller, {o.broker_id: o for o in observations},
+                 {a.broker_id: a for a in (answers if answers is not None else [answer(o.broker_id) for o in observations])},
+                 failures or {})
+
+
+def kinds(events, event_type):
+    return [e for e in events if e["event_type"] == event_type]
+
+
+# --- the rules one by one ---------------------------------------------------------------------
+
+def test_a_healthy_broker_gives_a_heartbeat_an_update_and_a_response_each_valid_for_the_contract():
+    d = EventDeriver(S)
+    events = d.derive(rnd(T0 + 10_000, [obs(1, T0 + 10_000)]))
+    assert [e["event_type"] for e in events] == ["broker_heartbeat", "metadata_update", "metadata_response"]
+    hb, update, response = events
+    assert hb["event_time"] == T0 + 10_000 - 2000 + 100 and hb["current_state"] == "ACTIVE"
+    assert hb["incarnation_id"] == T0 - 3_600_000 + 1 and (hb["controller_id"], hb["controller_epoch"]) == (3000, 7)
+    assert update["metadata_epoch"] == 1020
+    assert response["metadata_epoch"] == 1020 and response["broker_count"] == 3
+    for e in events:
+        normalize(e)  # raises if the event breaks the contract's schema
+
+
+def test_a_heartbeat_is_sent_once_and_not_again_until_the_controller_hears_a_new_one():
+    d = EventDeriver(S)
+    first = obs(1, T0 + 10_000)
+    assert len(kinds(d.derive(rnd(T0 + 10_000, [first])), "broker_heartbeat")) == 1
+    again = replace(first, applied_offset=first.applied_offset + 2)
+    assert kinds(d.derive(rnd(T0 + 11_000, [again])), "broker_heartbeat") == []
+
+
+def test_a_saturated_gauge_says_nothing_new_so_silence_stays_silence():
+    """The controller's TimeSinceLastHeartbeatReceivedMs stops at the session timeout: 'now minus
+    9000' would otherwise look like a fresh heartbeat every round."""
+    d = EventDeriver(S)
+    t = T0 + 30_000
+    assert kinds(d.derive(rnd(t, [obs(1, t, last_heartbeat_ms=t - 9000, registration=REGISTRATION_FENCED)])),
+                 "broker_heartbeat") == []
+
+
+def test_controlled_shutdown_seen_by_the_controller_is_a_stopping_heartbeat():
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    hb, = kinds(d.derive(rnd(t, [obs(1, t, registration=REGISTRATION_CONTROLLED_SHUTDOWN)])), "broker_heartbeat")
+    assert (hb["current_state"], hb["target_state"], hb["want_shutdown"]) == ("STOPPING", "STOPPING", True)
+
+
+def test_a_broker_fenced_long_before_its_session_ended_was_let_go_and_is_said_to_be_stopping_once():
+    """A clean shutdown can finish between two rounds: the controller fences the broker at once,
+    while a timeout would take the whole session. Said once, at the last heartbeat."""
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t)]))
+    last = obs(1, t).last_heartbeat_ms
+    gone = obs(1, t + 2000, last_heartbeat_ms=last, registration=REGISTRATION_FENCED, fenced=True)
+    hb, = kinds(d.derive(rnd(t + 2000, [gone], answers=[])), "broker_heartbeat")
+    assert hb["event_time"] == last and hb["current_state"] == "STOPPING"
+    assert kinds(d.derive(rnd(t + 4000, [gone], answers=[])), "broker_heartbeat") == []
+
+
+def test_a_new_process_start_is_a_new_incarnation():
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t)]))
+    hb, = kinds(d.derive(rnd(t + 20_000, [obs(1, t + 20_000, start_time_ms=T0 + 15_000)])), "broker_heartbeat")
+    assert hb["incarnation_id"] == T0 + 15_000
+
+
+def test_an_applied_offset_below_one_already_sent_is_not_sent():
+    """A restarted broker replays its log from a snapshot: its applied offset passes through
+    values the job has already seen, which would read as the controller numbering backwards."""
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t, applied_offset=500)]))
+    assert kinds(d.derive(rnd(t + 2000, [obs(1, t + 2000, applied_offset=120)])), "metadata_update") == []
+    update, = kinds(d.derive(rnd(t + 4000, [obs(1, t + 4000, applied_offset=501)])), "metadata_update")
+    assert update["metadata_epoch"] == 501
+
+
+def test_current_brokers_sampled_apart_share_one_version_that_never_goes_down():
+    """Offsets 1020 and 1018 are the same metadata a few ms apart: neither answer is stale."""
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    first = kinds(d.derive(rnd(t, [obs(1, t), obs(2, t, applied_offset=1018)])), "metadata_response")
+    assert [e["metadata_epoch"] for e in first] == [1018, 1018]
+    second = kinds(d.derive(rnd(t + 2000, [obs(1, t + 2000, applied_offset=1010), obs(2, t + 2000, applied_offset=1030)])),
+                   "metadata_response")
+    assert [e["metadata_epoch"] for e in second] == [1018, 1018]
+
+
+@pytest.mark.parametrize("why, two", [
+    ("its applied metadata is older than metadata.stale.after.ms", dict(applied_timestamp_ms=T0 + 10_000 - 6000,
+                                                                        applied_offset=990)),
+    ("it answers an older leader epoch for a partition than a peer did", dict(applied_offset=1020)),
+])
+def test_a_broker_behind_its_peers_answers_with_a_lower_number(why, two):
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    stale_epochs = {("topic-id-a", 0): 4} if "leader epoch" in why else None
+    events = kinds(d.derive(rnd(t, [obs(1, t), obs(2, t, **two)], answers=[answer(1), answer(2, stale_epochs)])),
+                   "metadata_response")
+    epochs = {e["broker_id"]: e["metadata_epoch"] for e in events}
+    assert epochs[2] < epochs[1] == 1020, why
+
+
+def test_a_recreated_topic_is_another_partition_not_a_stale_one():
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t)], answers=[answer(1, {("old-id", 0): 9})]))
+    events = kinds(d.derive(rnd(t + 2000, [obs(1, t + 2000)], answers=[answer(1, {("new-id", 0): 0})])),
+                   "metadata_response")
+    assert events[0]["metadata_epoch"] == 1024
+
+
+def test_what_the_collector_could_not_reach_becomes_failure_events():
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    events = kinds(d.derive(rnd(t, [obs(1, t)], failures={2: "REQUEST_TIMEOUT", None: "NO_NODE_AVAILABLE"})),
+                   "metadata_request_failed")
+    assert [(e["node_id"], e["reason"]) for e in events] == [(None, "NO_NODE_AVAILABLE"), (2, "REQUEST_TIMEOUT")]
+
+
+def test_without_the_controllers_exporter_the_last_metadata_fetch_is_the_heartbeat():
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    o = BrokerObservation(1, fenced=False, last_fetch_ms=t - 300, fetched_offset=1017)
+    events = d.derive(rnd(t, [o]))
+    hb, = kinds(events, "broker_heartbeat")
+    assert hb["event_time"] == t - 300 and hb["current_state"] == "ACTIVE"
+    assert kinds(events, "metadata_update")[0]["metadata_epoch"] == 1017
+
+
+# --- whole incidents through the detection rules ------------------------------------------------
+
+def rounds(end_s, change=lambda t, o: o, answers=lambda t, o: answer(o.broker_id), start_s=0, step_ms=2000):
+    """Rounds every 2 s of a 3-broker cluster; ``change`` alters a broker's observation (None:
+    not seen), ``answers`` its Metadata answer (None: the probe failed)."""
+    out = []
+    for t in range(T0 + start_s * 1000, T0 + end_s * 1000 + 1, step_ms):
+        seen = [o for o in (change(t, obs(b, t)) for b in BROKERS) if o is not None]
+        got = [a for a in (answers(t, o) for o in seen) if a is not None]
+        failures = {o.broker_id: "REQUEST_TIMEOUT" for o in seen if answers(t, o) is None}
+        out.append(rnd(t, seen, got, failures))
+    return out
+
+
+def alerts_of(round_list, until_s):
+    d = EventDeriver(S)
+    events = sorted((e for r in round_list for e in d.derive(r)), key=lambda e: e["event_time"])
+    alerts = detect_all(events, RuleSettings(), until=T0 + until_s * 1000)
+    return [(a["status"], a["alertname"], a["labels"].get("broker_id")) for a in alerts], alerts
+
+
+def at(s):
+    return T0 + s * 1000
+
+
+def test_incident_a_broker_cut_off_from_the_controller_pages_lag_timeout_and_stale_answers_and_heals():
+    """Broker 2's controller link is cut from 20 s to 100 s: the controller hears nothing (fenced
+    after the session), its applied metadata stops, and it keeps answering with the old leader
+    epoch of a partition whose leadership moved."""
+    def cut(t, o):
+        if o.broker_id != 2 or not at(20) <= t < at(100):
+            return o
+        frozen = obs(2, at(20))
+        return replace(o, last_heartbeat_ms=frozen.last_heartbeat_ms, applied_offset=frozen.applied_offset,
+                       applied_timestamp_ms=frozen.applied_timestamp_ms,
+                       registration=REGISTRATION_FENCED if t >= at(30) else REGISTRATION_ACTIVE, fenced=t >= at(30))
+
+    def served(t, o):
+        moved = t >= at(30)  # the controller moved leadership away from the fenced broker
+        old = o.broker_id == 2 and at(20) <= t < at(100)
+        return answer(o.broker_id, {("topic-id-a", 0): 5 if old or not moved else 6})
+
+    found, _ = alerts_of(rounds(220, cut, served), 220)
+    assert ("firing", "BrokerHeartbeatTimeout", "2") in found and ("resolved", "BrokerHeartbeatTimeout", "2") in found
+    assert ("firing", "BrokerMetadataLag", "2") in found and ("resolved", "BrokerMetadataLag", "2") in found
+    stale = [f for f in found if f[1] == "StaleMetadataResponse"]
+    assert stale and {s[0] for s in stale} == {"firing", "resolved"}
+    assert {f[1] for f in found} == {"BrokerHeartbeatTimeout", "BrokerMetadataLag", "StaleMetadataResponse"}, found
+
+
+def test_incident_a_paused_broker_times_out_and_resolves_with_nothing_else():
+    def paused(t, o):
+        if o.broker_id != 2 or not at(20) <= t < at(45):
+            return o
+        hb = obs(2, at(20)).last_heartbeat_ms  # the controller's view only: its exporter is frozen too
+        return BrokerObservation(2, fenced=t - hb >= 9000, registration=REGISTRATION_FENCED if t - hb >= 9000
+                                 else REGISTRATION_ACTIVE, last_heartbeat_ms=min(hb, t) if t - hb < 9000 else t - 9000)
+
+    found, alerts = alerts_of(rounds(120, paused, lambda t, o: None if o.start_time_ms is None else answer(o.broker_id)),
+                              120)
+    assert found == [("firing", "BrokerHeartbeatTimeout", "2"), ("resolved", "BrokerHeartbeatTimeout", "2")]
+    fired = alerts[0]["event_time"]
+    assert at(20) + 9000 + 3000 - 2000 <= fired <= at(20) + 9000 + 3000 + 2000
+
+
+@pytest.mark.parametrize("stopping_seen", [True, False], ids=["stopping-seen", "only-the-early-fence-seen"])
+def test_incident_a_clean_restart_is_information_only(stopping_seen):
+    """SIGTERM at 20 s (controlled shutdown), the new process back at 32 s with a new start time."""
+    def restart(t, o):
+        if o.broker_id != 2:
+            return o
+        last = obs(2, at(20)).last_heartbeat_ms
+        if at(20) <= t < at(22):
+            return replace(o, registration=REGISTRATION_CONTROLLED_SHUTDOWN if stopping_seen else REGISTRATION_FENCED,
+                           fenced=not stopping_seen)
+        if at(22) <= t < at(32):
+            return BrokerObservation(2, fenced=True, registration=REGISTRATION_FENCED, last_heartbeat_ms=max(last, t - 9000))
+        if t >= at(32):
+            return replace(o, start_time_ms=at(30))
+        return o
+
+    found, _ = alerts_of(rounds(120, restart, lambda t, o: None if o.start_time_ms is None else answer(o.broker_id)),
+                         120)
+    assert found == [("firing", "BrokerRestarted", "2")]

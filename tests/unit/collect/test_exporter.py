@@ -1,0 +1,64 @@
+"""Reading a node's JMX exporter page: both naming styles teams run, and what is left out."""
+
+from pathlib import Path
+
+import pytest
+
+from streaming.collect import exporter
+
+FIXTURE = (Path(__file__).parent / "fixtures" / "kafka-4.1.2-combined-node.prom").read_text()
+
+
+def test_a_real_page_of_kafka_4_1_gives_every_value_the_collector_reads():
+    m = exporter.parse(FIXTURE)
+    assert (m.node_id, m.start_time_ms, m.broker_state) == (1, 1795627548940, exporter.BROKER_RUNNING)
+    assert (m.applied_offset, m.applied_timestamp_ms) == (167, 1795627627008)
+    assert (m.current_controller_id, m.raft_leader, m.raft_epoch, m.high_watermark) == (1, 1, 1, 168)
+    assert m.is_active_controller
+    assert m.registration == {1: exporter.REGISTRATION_ACTIVE}
+    assert m.since_heartbeat_ms == {1: 336}
+
+
+def test_strimzi_style_names_read_the_same():
+    page = "\n".join([
+        'kafka_controller_kafkacontroller_activecontrollercount 1.0',
+        'kafka_controller_kafkacontroller_brokerregistrationstate{broker="2"} 20.0',
+        'kafka_controller_kafkacontroller_timesincelastheartbeatreceivedms{broker="2"} 1500.0',
+        'kafka_server_app_info_start_time_ms{id="3000"} 1.7e12',
+    ]) + "\n"
+    m = exporter.parse(page)
+    assert m.node_id == 3000 and m.start_time_ms == 1_700_000_000_000
+    assert m.registration == {2: exporter.REGISTRATION_CONTROLLED_SHUTDOWN} and m.since_heartbeat_ms == {2: 1500}
+
+
+def test_an_inactive_controller_gives_no_per_broker_view():
+    """Only the active controller's gauges are the truth; a standby's would be stale."""
+    page = FIXTURE.replace('name="ActiveControllerCount"} 1.0', 'name="ActiveControllerCount"} 0.0')
+    m = exporter.parse(page)
+    assert not m.is_active_controller and m.registration == {} and m.since_heartbeat_ms == {}
+
+
+def test_a_broker_only_node_has_no_controller_view():
+    page = "\n".join(line for line in FIXTURE.splitlines() if "kafkacontroller" not in line) + "\n"
+    m = exporter.parse(page)
+    assert m.broker_state == exporter.BROKER_RUNNING and not m.is_active_controller
+
+
+def test_a_page_that_is_not_the_text_format_is_a_scrape_error(monkeypatch):
+    class Answer:
+        text = "<html>login</html> {{{"
+
+        def raise_for_status(self):
+            pass
+
+    class Session:
+        def get(self, url, timeout):
+            return Answer()
+
+    with pytest.raises(exporter.ScrapeError, match="not the Prometheus text format"):
+        exporter.scrape("http://127.0.0.1:1/metrics", 1.0, session=Session())
+
+
+def test_an_unreachable_exporter_is_a_scrape_error_not_an_exception_of_requests():
+    with pytest.raises(exporter.ScrapeError, match="127.0.0.1:9"):
+        exporter.scrape("http://127.0.0.1:9/metrics", 0.5)
