@@ -144,14 +144,15 @@ class EmbeddedBroker:
         self.stop()
 
 
-def create_topics(bootstrap_servers: str, topics: dict[str, int], timeout_s: float = 30.0) -> None:
+def create_topics(bootstrap_servers: str, topics: dict[str, int], timeout_s: float = 30.0,
+                  replication_factor: int = 1) -> None:
     """Create topics (name -> partitions) if missing; waits until each is visible."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
     existing = set(admin.list_topics(timeout=timeout_s).topics)
-    wanted = [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items() if name not in existing]
+    wanted = [NewTopic(name, num_partitions=n, replication_factor=replication_factor) for name, n in topics.items() if name not in existing]
     for name, future in (admin.create_topics(wanted) if wanted else {}).items():
         try:
             future.result(timeout=timeout_s)

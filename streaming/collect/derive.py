@@ -15,7 +15,8 @@ shadows; each rule below says which shadow it reads and why it is sound:
   because a restarting broker replays its log from a snapshot and a lower number would read as
   the controller numbering backwards.
 - metadata response: the collector asks every broker in turn and compares the answers per
-  partition (leader epochs, KIP-320) and by how old the broker's applied metadata is. Answers
+  partition (leader epochs, KIP-320) and by how old the broker's applied metadata is, in two
+  rounds running (a broker resumed from a pause catches up within one). Answers
   that are current carry one shared, never decreasing version (the lowest applied offset among
   the current brokers), so healthy brokers sampled a few milliseconds apart never look stale to
   each other; an answer that is behind carries a lower number. Partitions are keyed by topic id,
@@ -99,6 +100,7 @@ class Sent:
     incarnation: dict[int, int] = field(default_factory=dict)
     newest_epochs: dict[tuple, tuple[int, int]] = field(default_factory=dict)  # partition -> (epoch, seen)
     served_version: int = -1
+    behind_rounds: dict[int, int] = field(default_factory=dict)  # consecutive rounds found behind
 
 
 class EventDeriver:
@@ -168,7 +170,7 @@ class EventDeriver:
                 newest[partition] = (max(epoch, known[0]) if known else epoch, r.now_ms)
         for partition in [p for p, (_, seen) in newest.items() if r.now_ms - seen > PARTITION_MEMORY_MS]:
             del newest[partition]
-        behind = {bid for bid, a in r.answers.items() if a.error_code == 0 and self._behind(r, bid, a)}
+        behind = self._behind_twice(r)
         current = [bid for bid, a in r.answers.items() if a.error_code == 0 and bid not in behind]
         offsets = [o for bid in current if (o := self._offset(r, bid)) is not None]
         if offsets:
@@ -190,6 +192,17 @@ class EventDeriver:
                         "error_code": a.error_code, "broker_count": len(a.broker_ids),
                         "response_cluster_id": a.cluster_id})
         return out
+
+    def _behind_twice(self, r: Round) -> set[int]:
+        """Brokers found behind in this round and the one before. A broker resumed after a pause
+        answers from its old image for the moment it takes to catch up (well under a round);
+        one cut off from the controller stays behind. Only the second is worth a page."""
+        rounds = self.sent.behind_rounds
+        for bid, a in r.answers.items():
+            rounds[bid] = rounds.get(bid, 0) + 1 if a.error_code == 0 and self._behind(r, bid, a) else 0
+        for bid in [b for b in rounds if b not in r.answers]:
+            del rounds[bid]
+        return {bid for bid, n in rounds.items() if n >= 2}
 
     def _behind(self, r: Round, bid: int, answer: MetadataAnswer) -> bool:
         newest = self.sent.newest_epochs

@@ -1,10 +1,12 @@
 """What one node's Prometheus JMX exporter says, reduced to the few values the collector reads.
 
-The exporter is configured by each team; two naming styles are common and both are read here:
-the catch-all rule (``kafka_controller_kafkacontroller_value{name="BrokerRegistrationState",
-broker="1"}``) and Strimzi's style (``kafka_controller_kafkacontroller_brokerregistrationstate
-{broker="1"}``). A ``*_value`` sample with a ``name`` label is folded into the second form, so one
-table of names serves both. Parsing is prometheus-client's, not ours.
+The exporter is configured by each team, and names differ between configs: the catch-all rule
+gives ``kafka_controller_kafkacontroller_value{name="BrokerRegistrationState",broker="1"}`` and
+``kafka_server_broker_metadata_metrics_last_applied_record_offset``, Strimzi-style rules give
+``kafka_controller_kafkacontroller_brokerregistrationstate{broker="1"}`` and
+``kafka_server_brokermetadatametrics_last_applied_record_offset``. So a ``*_value`` sample with a
+``name`` label is folded into the second form, and names are compared without their
+underscores: one table serves every config seen. Parsing is prometheus-client's, not ours.
 """
 
 from __future__ import annotations
@@ -19,20 +21,21 @@ REGISTRATION_FENCED, REGISTRATION_CONTROLLED_SHUTDOWN, REGISTRATION_ACTIVE = 10,
 # kafka.server:type=KafkaServer,name=BrokerState (org.apache.kafka.metadata.BrokerState)
 BROKER_RUNNING, BROKER_PENDING_CONTROLLED_SHUTDOWN, BROKER_SHUTTING_DOWN = 3, 6, 7
 
-_CONTROLLER = "kafka_controller_kafkacontroller_"
+# names without underscores (see above)
+_CONTROLLER = "kafkacontrollerkafkacontroller"
 _NAMES = {
     "registration": _CONTROLLER + "brokerregistrationstate",
     "since_heartbeat": _CONTROLLER + "timesincelastheartbeatreceivedms",
     "active_controller": _CONTROLLER + "activecontrollercount",
-    "broker_state": "kafka_server_kafkaserver_brokerstate",
-    "applied_offset": "kafka_server_broker_metadata_metrics_last_applied_record_offset",
-    "applied_timestamp": "kafka_server_broker_metadata_metrics_last_applied_record_timestamp",
-    "current_controller": "kafka_server_metadataloader_currentcontrollerid",
-    "raft_leader": "kafka_server_raft_metrics_current_leader",
-    "raft_epoch": "kafka_server_raft_metrics_current_epoch",
-    "high_watermark": "kafka_server_raft_metrics_high_watermark",
+    "broker_state": "kafkaserverkafkaserverbrokerstate",
+    "applied_offset": "kafkaserverbrokermetadatametricslastappliedrecordoffset",
+    "applied_timestamp": "kafkaserverbrokermetadatametricslastappliedrecordtimestamp",
+    "current_controller": "kafkaservermetadataloadercurrentcontrollerid",
+    "raft_leader": "kafkaserverraftmetricscurrentleader",
+    "raft_epoch": "kafkaserverraftmetricscurrentepoch",
+    "high_watermark": "kafkaserverraftmetricshighwatermark",
 }
-_START_TIMES = ("kafka_server_app_info_starttimems", "kafka_server_app_info_start_time_ms")
+_START_TIME = "kafkaserverappinfostarttimems"
 
 
 class ScrapeError(RuntimeError):
@@ -59,13 +62,13 @@ class NodeMetrics:
 
 
 def _samples(text: str):
-    """(folded name, labels, value) for every sample, in the Strimzi-style naming."""
+    """(folded name without underscores, labels, value) for every sample."""
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name, labels = sample.name, dict(sample.labels)
             if name.endswith("_value") and "name" in labels:
                 name = name[: -len("value")] + labels.pop("name").lower()
-            yield name.lower(), labels, sample.value
+            yield name.lower().replace("_", ""), labels, sample.value
 
 
 def parse(text: str) -> NodeMetrics:
@@ -75,10 +78,11 @@ def parse(text: str) -> NodeMetrics:
     node_id = start_time = None
     by_name = {v: k for k, v in _NAMES.items()}
     for name, labels, value in _samples(text):
-        if name in _START_TIMES:
-            start_time = int(value)
+        if name == _START_TIME:
             if "id" in labels and labels["id"].lstrip("-").isdigit():
-                node_id = int(labels["id"])
+                node_id, start_time = int(labels["id"]), int(value)
+            elif start_time is None:
+                start_time = int(value)
             continue
         key = by_name.get(name)
         if key is None or value != value:  # unknown, or NaN

@@ -21,9 +21,9 @@ def run(args) -> int:
     settings = config.load(args.config)  # ConfigError -> exit 2 with the key and the fix (cli.main)
     if not args.quiet:
         print(f"{args.config}: valid")
-        for section in ("kafka", "rules", "sinks"):
+        for section in ("kafka", "rules", "sinks", "collect"):
             values = dataclasses.asdict(getattr(settings, section))
-            if section == "kafka":
+            if section in ("kafka", "collect"):
                 values["client"] = {k: ("***" if _secret(k) else v) for k, v in values["client"].items()}
             for name, value in values.items():
                 print(f"  {section}.{name} = {value}")

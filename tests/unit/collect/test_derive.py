@@ -130,8 +130,10 @@ def test_a_broker_behind_its_peers_answers_with_a_lower_number(why, two):
     d = EventDeriver(S)
     t = T0 + 10_000
     stale_epochs = {("topic-id-a", 0): 4} if "leader epoch" in why else None
-    events = kinds(d.derive(rnd(t, [obs(1, t), obs(2, t, **two)], answers=[answer(1), answer(2, stale_epochs)])),
-                   "metadata_response")
+    behind = rnd(t, [obs(1, t), obs(2, t, **two)], answers=[answer(1), answer(2, stale_epochs)])
+    first = {e["broker_id"]: e["metadata_epoch"] for e in kinds(d.derive(behind), "metadata_response")}
+    assert first[2] == first[1], "one round behind is a broker catching up, not yet stale"
+    events = kinds(d.derive(replace(behind, now_ms=t + 2000)), "metadata_response")
     epochs = {e["broker_id"]: e["metadata_epoch"] for e in events}
     assert epochs[2] < epochs[1] == 1020, why
 

@@ -21,6 +21,8 @@ def test_a_real_page_of_kafka_4_1_gives_every_value_the_collector_reads():
 
 def test_strimzi_style_names_read_the_same():
     page = "\n".join([
+        'kafka_server_brokermetadatametrics_last_applied_record_offset 42.0',
+        'kafka_server_raftmetrics_current_leader 3000.0',
         'kafka_controller_kafkacontroller_activecontrollercount 1.0',
         'kafka_controller_kafkacontroller_brokerregistrationstate{broker="2"} 20.0',
         'kafka_controller_kafkacontroller_timesincelastheartbeatreceivedms{broker="2"} 1500.0',
@@ -28,6 +30,7 @@ def test_strimzi_style_names_read_the_same():
     ]) + "\n"
     m = exporter.parse(page)
     assert m.node_id == 3000 and m.start_time_ms == 1_700_000_000_000
+    assert (m.applied_offset, m.raft_leader) == (42, 3000)
     assert m.registration == {2: exporter.REGISTRATION_CONTROLLED_SHUTDOWN} and m.since_heartbeat_ms == {2: 1500}
 
 

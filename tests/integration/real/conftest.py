@@ -1,0 +1,47 @@
+"""One real KRaft cluster (3 controllers, 3 brokers) watched by the whole monitor, shared by the
+incident tests of a module: starting it costs about a minute (the cluster, then Spark)."""
+
+from __future__ import annotations
+
+import pytest
+
+from streaming.embedded import create_topics
+from streaming.tools.kafka_cluster import KafkaCluster
+from tests.helpers import wait_until
+from tests.integration.faults.support import JobProcess, TopicTail
+from tests.integration.real.support import CollectorProcess, Monitor, write_config
+
+# Short graces so that every incident ends within a test; Kafka's own timers stay the defaults.
+TEST_RULES = {
+    "broker.not.returned.grace.ms": 20000,
+    "metadata.lag.grace.ms": 15000,
+    "stale.metadata.quiet.ms": 20000,
+}
+
+
+@pytest.fixture(scope="module")
+def monitor(tmp_path_factory, broker):
+    """The bus (the telemetry topics) is the embedded broker, apart from the watched cluster, as
+    in production: pausing a watched broker must not stall the monitor's own input."""
+    work = tmp_path_factory.mktemp("real")
+    cluster = KafkaCluster(work / "cluster", controllers=3, brokers=3).start()
+    collector = job = tail = None
+    try:
+        # partitions led by every broker: fencing one moves leaderships, and leader epochs with them
+        create_topics(cluster.bootstrap_servers, {"orders": 6}, replication_factor=3)
+        suffix = work.name[-8:]
+        topics = {"events": f"real-ev-{suffix}", "alerts": f"real-al-{suffix}", "dlq": f"real-dlq-{suffix}"}
+        create_topics(broker.bootstrap_servers, {topics["events"]: 2, topics["alerts"]: 1, topics["dlq"]: 1})
+        config = write_config(work / "epochwatch.yaml", cluster=cluster, bus=broker.bootstrap_servers, topics=topics,
+                              checkpoint=work / "checkpoint", rules=TEST_RULES)
+        collector = CollectorProcess(config, work / "collect.log").start()
+        job = JobProcess(config, work / "job.log", ()).start()  # processing time: the live job
+        tail = TopicTail(broker.bootstrap_servers, topics["alerts"])
+        m = Monitor(cluster, collector, job, tail)
+        wait_until(lambda: m.check_alive() or job.batches(), timeout_s=180, interval_s=0.5, what="the job's first batch")
+        wait_until(lambda: m.collector_rounds() >= 3, timeout_s=60, interval_s=0.5, what="three collector rounds")
+        yield m
+    finally:
+        for stop in (collector and collector.stop, job and job.stop, tail and tail.close, cluster.stop):
+            if stop:
+                stop()

@@ -1,0 +1,116 @@
+"""The whole monitor around a real Kafka cluster: the cluster (streaming.tools.kafka_cluster),
+`epochwatch collect` and `epochwatch run` as real processes sharing one YAML config, the
+alerts topic read back, and the questions the incident tests ask of it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from tests.helpers import wait_until
+from tests.integration.faults.support import JobProcess, TopicTail
+
+PAGING = ("warning", "critical")
+
+
+@dataclass
+class CollectorProcess:
+    """`epochwatch collect` in a process of its own, its status lines in a log."""
+
+    config: Path
+    log_path: Path
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+
+    def start(self) -> "CollectorProcess":
+        assert self._proc is None, "already running"
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen([sys.executable, "-m", "streaming.cli", "collect", "--config", str(self.config)],
+                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return self
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        if self._proc is None:
+            return None
+        self._proc.terminate()
+        try:
+            code = self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            code = self._proc.wait(timeout=10)
+        self._proc = None
+        return code
+
+    def status_lines(self) -> list[str]:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return [line for line in text.splitlines() if line.startswith("epochwatch collect:")]
+
+
+def write_config(path: Path, *, cluster, bus: str, topics: dict[str, str], checkpoint: Path, rules: dict) -> Path:
+    """One YAML for the job and the collector, as a user would keep it."""
+    doc = {
+        "kafka": {"bootstrap.servers": bus, "topics": topics, "encoding": "confluent", "startingOffsets": "earliest"},
+        "rules": rules,
+        "sinks": {"metrics.port": 0},
+        "collect": {"bootstrap.servers": cluster.bootstrap_servers,
+                    "metrics.urls": ",".join(cluster.metrics_urls[n] for n in sorted(cluster.metrics_urls))},
+        "checkpoint_location": str(checkpoint),
+        "trigger_interval": "500 milliseconds",
+        "spark": {"spark.sql.shuffle.partitions": "2"},
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@dataclass
+class Monitor:
+    """A running collector + job over one real cluster, and the alerts they produced."""
+
+    cluster: object
+    collector: CollectorProcess
+    job: JobProcess
+    alerts: TopicTail
+
+    def records(self) -> list[dict]:
+        return [r for _, r in self.alerts.poll(0.2)]
+
+    def wait_alert(self, alertname: str, status: str = "firing", since_ms: int = 0, timeout_s: float = 120.0,
+                   **labels) -> dict:
+        def found():
+            self.check_alive()
+            return next((r for r in self.records() if r["alertname"] == alertname and r["status"] == status
+                         and r["event_time"] >= since_ms
+                         and all(r["labels"].get(k) == str(v) for k, v in labels.items())), None)
+        return wait_until(found, timeout_s=timeout_s, interval_s=0.5,
+                          what=f"{alertname} {status} {labels} (alerts so far: {self.summary(since_ms)})")
+
+    def pages(self, since_ms: int, until_ms: int | None = None) -> list[tuple[str, dict]]:
+        """(alertname, labels) of every warning or critical that fired in the window."""
+        return [(r["alertname"], r["labels"]) for r in self.records()
+                if r["status"] == "firing" and r["severity"] in PAGING and r["event_time"] >= since_ms
+                and (until_ms is None or r["event_time"] <= until_ms)]
+
+    def summary(self, since_ms: int = 0) -> list[str]:
+        return [f"{r['status']} {r['alertname']} {dict(r['labels'])}" for r in self.records() if r["event_time"] >= since_ms]
+
+    def check_alive(self) -> None:
+        if not self.collector.alive():
+            raise AssertionError(f"the collector exited:\n{self.collector.log_path.read_text()[-3000:]}")
+        if not self.job.alive():
+            raise AssertionError(f"the job exited with {self.job.returncode()}:\n{self.job.log(True)[-3000:]}")
+
+    def collector_rounds(self) -> int:
+        return len(self.collector.status_lines())
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,124 @@
+"""Real incidents on a real Kafka 4.1 cluster, end to end: the cluster -> `epochwatch collect` ->
+the events topic -> `epochwatch run` (processing time, as in production) -> the alerts topic.
+
+The tests run in order on one cluster and each leaves it healthy for the next. Delays are
+measured on the wall clock from the fault to the alert record and printed (run with -s to see
+them); the bounds are the documented ones: Kafka's session timeout (9 s), epochwatch's pending
+time (3 s), two collect intervals (2 s each) and the job's trigger and batch (a few seconds).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.helpers import wait_until
+from tests.integration.real.support import now_ms
+
+pytestmark = pytest.mark.integration
+
+SESSION_MS, PENDING_MS, COLLECT_MS = 9000, 3000, 2000
+JOB_SLACK_MS = 6000   # trigger (0.5 s), a micro-batch, and a loaded 2-core machine
+
+
+def delay_line(what: str, start_ms: int, record: dict) -> int:
+    delay = now_ms() - start_ms
+    print(f"\n[measured] {what}: {delay} ms from the fault to the alert record "
+          f"(alert event time {record['event_time'] - start_ms:+d} ms)")
+    return delay
+
+
+def hold_quiet(monitor, seconds: float, since_ms: int, allowed=()) -> None:
+    """Watch for ``seconds``: no page may fire (except ``allowed`` alert names)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        monitor.check_alive()
+        pages = [p for p in monitor.pages(since_ms) if p[0] not in allowed]
+        assert pages == [], pages
+        time.sleep(0.5)  # a quiet period is the thing under test
+
+
+def test_a_healthy_cluster_pages_nobody(monitor):
+    rounds = monitor.collector_rounds()
+    hold_quiet(monitor, 20, since_ms=0)
+    assert monitor.collector_rounds() >= rounds + 8  # a round every 2 s went on meanwhile
+
+
+def test_a_paused_broker_pages_a_heartbeat_timeout_that_resolves_on_resume(monitor):
+    c, start = monitor.cluster, now_ms()
+    c.pause(1)
+    try:
+        fired = monitor.wait_alert("BrokerHeartbeatTimeout", since_ms=start, broker_id=1, timeout_s=60)
+        delay = delay_line("paused broker -> BrokerHeartbeatTimeout", start, fired)
+        wait_until(lambda: now_ms() - start >= 20_000, timeout_s=30, interval_s=0.2, what="a 20 s pause")
+    finally:
+        c.resume(1)
+    resumed = now_ms()
+    resolved = monitor.wait_alert("BrokerHeartbeatTimeout", "resolved", since_ms=start, broker_id=1, timeout_s=60)
+    delay_line("resumed broker -> BrokerHeartbeatTimeout resolved", resumed, resolved)
+    assert delay <= SESSION_MS + PENDING_MS + 2 * COLLECT_MS + JOB_SLACK_MS
+    assert [p for p in monitor.pages(start) if p[0] != "BrokerHeartbeatTimeout"] == []
+
+
+def test_a_broker_cut_off_from_the_controller_pages_timeout_lag_and_stale_answers_and_heals(monitor):
+    c, start = monitor.cluster, now_ms()
+    c.cut_controller_link(2)
+    try:
+        timeout = monitor.wait_alert("BrokerHeartbeatTimeout", since_ms=start, broker_id=2, timeout_s=60)
+        delay_line("cut-off broker -> BrokerHeartbeatTimeout", start, timeout)
+        lag = monitor.wait_alert("BrokerMetadataLag", since_ms=start, broker_id=2, timeout_s=90)
+        delay_line("cut-off broker -> BrokerMetadataLag (grace 15 s)", start, lag)
+        stale = monitor.wait_alert("StaleMetadataResponse", since_ms=start, broker_id=2,
+                                   client_id="epochwatch-collector", timeout_s=60)
+        delay_line("cut-off broker -> StaleMetadataResponse to the collector's probe", start, stale)
+    finally:
+        c.heal_controller_link(2)
+    healed = now_ms()
+    for name in ("BrokerHeartbeatTimeout", "BrokerMetadataLag", "StaleMetadataResponse"):
+        resolved = monitor.wait_alert(name, "resolved", since_ms=start, broker_id=2, timeout_s=90)
+        delay_line(f"healed link -> {name} resolved", healed, resolved)
+    expected = {"BrokerHeartbeatTimeout", "BrokerMetadataLag", "StaleMetadataResponse"}
+    assert [p for p in monitor.pages(start) if p[0] not in expected] == []
+
+
+def test_a_broker_killed_and_restarted_is_information_only(monitor):
+    c, start = monitor.cluster, now_ms()
+    c.kill(3)
+    c.restart(3)  # back once unfenced: after the old registration's session expired
+    restarted = monitor.wait_alert("BrokerRestarted", since_ms=start, broker_id=3, timeout_s=60)
+    assert restarted["severity"] == "info"
+    delay_line("kill -9 and restart -> BrokerRestarted", start, restarted)
+    hold_quiet(monitor, (SESSION_MS + PENDING_MS + 2 * COLLECT_MS) / 1000, since_ms=start)
+
+
+def test_a_rolling_restart_with_controlled_shutdown_pages_nobody(monitor):
+    c, start = monitor.cluster, now_ms()
+    for broker_id in c.broker_ids:
+        c.restart(broker_id)  # SIGTERM (controlled shutdown), the same node started again
+        monitor.wait_alert("BrokerRestarted", since_ms=start, broker_id=broker_id, timeout_s=60)
+    hold_quiet(monitor, (SESSION_MS + PENDING_MS + 2 * COLLECT_MS) / 1000, since_ms=start)
+
+
+def test_a_broker_shut_down_and_not_started_again_is_not_returned(monitor):
+    c, start = monitor.cluster, now_ms()
+    c.shutdown(3)
+    try:
+        gone = monitor.wait_alert("BrokerNotReturned", since_ms=start, broker_id=3, timeout_s=90)
+        delay_line("shut down, not back (grace 20 s) -> BrokerNotReturned", start, gone)
+        assert [p for p in monitor.pages(start) if p[0] != "BrokerNotReturned"] == []
+    finally:
+        c.restart(3)
+    monitor.wait_alert("BrokerNotReturned", "resolved", since_ms=start, broker_id=3, timeout_s=60)
+
+
+def test_the_active_controller_stopped_is_a_failover_and_pages_nobody(monitor):
+    c, start = monitor.cluster, now_ms()
+    old = c.stop_active_controller()
+    try:
+        failover = monitor.wait_alert("ControllerFailover", since_ms=start, timeout_s=60)
+        assert failover["severity"] == "info" and failover["labels"]["controller_id"] != str(old)
+        delay_line("active controller stopped -> ControllerFailover", start, failover)
+        hold_quiet(monitor, (SESSION_MS + PENDING_MS) / 1000, since_ms=start)
+    finally:
+        c.restart(old)
