@@ -44,8 +44,20 @@ REBOOTSTRAP_REQUIRED = 129
 INVALID_INCARNATION_ID = 1001
 
 
+# The longest id (every string field of an event is one: cluster, client, group, topic, event
+# and incarnation ids) in UTF-8 bytes, Kafka's own limit for a topic name. Longer ones are refused
+# at decode (dead-letter reason ``id_too_long``): ids end up in state rows, alert labels and alert
+# records, and a producer must not be able to make those grow without bound.
+MAX_ID_BYTES = 255
+ID_TOO_LONG = "id_too_long"
+
+
 class EventError(ValueError):
     """An event that does not match the contract; the message says which field and why."""
+
+
+class IdTooLong(EventError):
+    """An id longer than MAX_ID_BYTES (dead-letter reason ``id_too_long``)."""
 
 
 def record_name(event_type: str) -> str:
@@ -95,6 +107,27 @@ def field_names(event_type: str) -> tuple[str, ...]:
 @cache
 def required_fields(event_type: str) -> frozenset[str]:
     return frozenset(f["name"] for f in raw_schema(event_type)["fields"] if "default" not in f)
+
+
+@cache
+def string_fields(event_type: str) -> tuple[str, ...]:
+    """The fields of an event type whose value is a string (nullable or not): its ids."""
+    def is_string(schema) -> bool:
+        return schema == "string" or isinstance(schema, list) and "string" in schema
+
+    return tuple(f["name"] for f in raw_schema(event_type)["fields"] if is_string(f["type"]))
+
+
+def too_long_id(event: dict) -> str | None:
+    """Why the event has an id longer than MAX_ID_BYTES, or None."""
+    for name in string_fields(event["event_type"]):
+        value = event.get(name)
+        # a UTF-8 character is at most 4 bytes: short text needs no encoding to be measured
+        if value is not None and len(value) * 4 > MAX_ID_BYTES:
+            size = len(value.encode("utf-8", "surrogatepass"))
+            if size > MAX_ID_BYTES:
+                return f"{event['event_type']}: {name} is {size} bytes, an id may have at most {MAX_ID_BYTES}"
+    return None
 
 
 def to_millis(value, field: str = "event_time") -> int:
@@ -147,6 +180,9 @@ def normalize(obj: dict) -> dict:
         fastavro.validation.validate(avro_record(event), parsed_schema(event_type), raise_errors=True)
     except fastavro.validation.ValidationError as exc:
         raise EventError(f"{event_type}: {_validation_reason(exc)}") from None
+    too_long = too_long_id(event)
+    if too_long:
+        raise IdTooLong(too_long)
     return event
 
 
@@ -182,11 +218,14 @@ def write_jsonl(events: Iterable[dict], stream: IO[str]) -> int:
 
 
 class JsonLinesError(EventError):
-    def __init__(self, line_no: int, reason: str, raw: str):
+    """A line that is not an event: ``reason`` says why, ``code`` is its dead-letter reason."""
+
+    def __init__(self, line_no: int, reason: str, raw: str, code: str = "bad_json_line"):
         super().__init__(f"line {line_no}: {reason}")
         self.line_no = line_no
         self.reason = reason
         self.raw = raw
+        self.code = code
 
 
 def read_jsonl(stream: IO[str], *, validate: bool = True) -> Iterator[dict | JsonLinesError]:
@@ -208,5 +247,7 @@ def read_jsonl(stream: IO[str], *, validate: bool = True) -> Iterator[dict | Jso
             continue
         try:
             yield normalize(obj)
+        except IdTooLong as exc:
+            yield JsonLinesError(line_no, str(exc), text, code=ID_TOO_LONG)
         except EventError as exc:
             yield JsonLinesError(line_no, str(exc), text)

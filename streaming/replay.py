@@ -104,7 +104,7 @@ def stage_jsonl(source: IO[str], name: str, out_dir: Path, chunk_events: int, pr
     stager = ParquetStager(out_dir, chunk_events, progress)
     for item in events.read_jsonl(source):
         if isinstance(item, events.JsonLinesError):
-            stager.add({"dlq_reason": "bad_json_line", "dlq_detail": item.reason, "kafka_topic": name,
+            stager.add({"dlq_reason": item.code, "dlq_detail": item.reason, "kafka_topic": name,
                         "kafka_offset": item.line_no, "raw_value": item.raw.encode()}, bad=True)
         else:
             stager.add(item)

@@ -169,6 +169,9 @@ def _read(event_type: str, value: bytes, offset: int) -> dict:
         if v is not None and not low <= v <= high:  # fastavro reads any varint into an int / long
             raise DecodeError("bad_avro", f"{event_type}: {name}={v} is outside the Avro {_INT_KIND[low]} range")
     record["event_type"] = event_type
+    too_long = events.too_long_id(record)
+    if too_long:
+        raise DecodeError(events.ID_TOO_LONG, too_long)
     return record
 
 

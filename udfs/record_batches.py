@@ -26,6 +26,7 @@ _TIMESTAMP_TYPES = {1: 0, 2: 1}
 _MS = pa.timestamp("ms", tz="UTC")
 _US = pa.timestamp("us", tz="UTC")
 _INPUT_TYPES = frozenset(events.INPUT_EVENT_TYPES)
+_SHORT_RECORD = events.MAX_ID_BYTES + avro_codec.HEADER.size
 
 
 def _timestamps(stamps: list[tuple[int, int]]) -> tuple[pa.Array, list]:
@@ -97,8 +98,10 @@ def confluent_decoder(catalog: avro_codec.SchemaCatalog | None = None) -> Decode
                     record = None
                 if record is not None and stream.tell() == len(value):
                     record["event_type"] = found[0]
-                    rows.append(record)
-                    continue
+                    # a record this short cannot hold an id that is too long: nothing to look at
+                    if len(value) <= _SHORT_RECORD or events.too_long_id(record) is None:
+                        rows.append(record)
+                        continue
             try:
                 rows.append(_slow_decode(value, catalog, schemas, schema_for))
             except Exception as exc:

@@ -166,3 +166,15 @@ def test_random_valid_events_round_trip_through_every_format(obj):
     assert avro_codec.decode(avro_codec.encode(event)) == event
     assert avro_codec.decode_schemaless(avro_codec.encode_schemaless(event), event["event_type"]) == event
     assert _jsonl_round_trip([event]) == [event]
+
+
+def test_an_id_longer_than_255_bytes_is_refused_with_its_own_reason():
+    """Why: ids reach state rows, alert labels and records; a JSON Lines file (replay) must not
+    grow them without bound any more than a Kafka record may (docs/events.md, Fields)."""
+    base = {"event_type": "offset_commit", "event_id": "e", "cluster_id": "c", "event_time": 0, "group_id": "g",
+            "topic": "t", "partition": 0, "offset": 1, "metadata_epoch": -1}
+    assert events.normalize({**base, "topic": "t" * events.MAX_ID_BYTES})["topic"] == "t" * 255
+    with pytest.raises(events.IdTooLong, match="topic is 256 bytes"):
+        events.normalize({**base, "topic": "t" * 256})
+    [item] = events.read_jsonl(io.StringIO(json.dumps({**base, "group_id": "g" * 300_000}) + "\n"))
+    assert isinstance(item, events.JsonLinesError) and item.code == "id_too_long" and item.line_no == 1

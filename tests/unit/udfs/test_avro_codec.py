@@ -117,6 +117,13 @@ DECODE_ERRORS = [
      "bad_avro", "a connection_attempt body read as a heartbeat does not fit: an index out of range mid-record"),
     (16, lambda: avro_codec.decode(WIRE[:6] + b"\xff" * (WIRE[5] // 2) + WIRE[6 + WIRE[5] // 2:]), "bad_avro",
      "the event_id string (length byte 5, zigzag) is not UTF-8"),
+    (17, lambda: avro_codec.decode(avro_codec.encode({**HEARTBEAT, "cluster_id": "c" * 256})), "id_too_long",
+     "a cluster id of 256 bytes: one more than an id may have (events.MAX_ID_BYTES, Kafka's topic-name limit)"),
+    (18, lambda: avro_codec.decode_schemaless(avro_codec.encode_schemaless({**HEARTBEAT, "event_id": "\u6f22" * 86}),
+                                              "broker_heartbeat"), "id_too_long",
+     "86 characters but 258 UTF-8 bytes: the limit is in bytes"),
+    (19, lambda: avro_codec.decode(avro_codec.encode({**HEARTBEAT, "incarnation_uuid": "u" * 300_000})), "id_too_long",
+     "a nullable string field is an id too"),
 ]
 
 

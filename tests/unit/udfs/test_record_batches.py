@@ -99,3 +99,15 @@ def test_schemaless_decoder_reads_the_event_type_header(headers, reason, why):
                                                record_batches.schemaless_decoder(), True)
     assert [d.reason for d in dead] == ([reason] if reason else []), why
     assert batch.to_pylist()[0]["event_type"] == (None if reason else "broker_heartbeat"), why
+
+
+def test_an_id_longer_than_255_bytes_is_a_dead_letter_on_the_fast_path_too():
+    """Why: the batch decoder reads with fastavro directly (not avro_codec.decode); a record long
+    enough to hold a long id must still be refused, with the reason avro_codec names."""
+    longest = {**HEARTBEAT, "cluster_id": "c" * events.MAX_ID_BYTES}
+    hostile = {**COMMIT, "group_id": "g" * 300_000}
+    messages = [message(1, avro_codec.encode(longest)), message(2, avro_codec.encode(hostile))]
+    batch, dead = record_batches.decoded_batch(messages, record_batches.confluent_decoder(), False)
+    assert [row["cluster_id"] for row in batch.to_pylist()] == ["c" * events.MAX_ID_BYTES]
+    assert [(d.offset, d.reason) for d in dead] == [(2, "id_too_long")]
+    assert "group_id is 300000 bytes" in dead[0].detail

@@ -1,0 +1,67 @@
+"""Helpers of the hostile-input tests: the job in this process over fresh topics, event time,
+``availableNow`` (it stops by itself once it has read everything), and the records of a topic
+read back with their headers."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from streaming import config
+from streaming.embedded import create_topics
+
+
+def job_settings(bootstrap: str, tmp_path: Path, **overrides) -> config.Settings:
+    suffix = tmp_path.name[-10:]
+    settings = config.load(overrides={
+        "kafka.bootstrap.servers": bootstrap, "kafka.startingOffsets": "earliest",
+        "kafka.topics.events": f"hostile-ev-{suffix}", "kafka.topics.alerts": f"hostile-al-{suffix}",
+        "kafka.topics.dlq": f"hostile-dlq-{suffix}", **overrides})
+    settings = dataclasses.replace(settings, checkpoint_location=str(tmp_path / "checkpoint"))
+    k = settings.kafka
+    create_topics(bootstrap, {k.events_topic: 1, k.alerts_topic: 1, k.dlq_topic: 1})
+    return settings
+
+
+def run_to_end(spark, settings: config.Settings, sinks: list, timeout_s: float = 300.0):
+    """The job over what the events topic holds now, on event time; returns the finished query."""
+    from streaming.job import KafkaOutputSink, start
+    from streaming.pipeline import EVENT_TIME
+
+    kafka_sink = KafkaOutputSink(settings)
+    query = start(spark, settings, [kafka_sink, *sinks], time_mode=EVENT_TIME, available_now=True,
+                  query_name=f"hostile-{Path(settings.checkpoint_location).parent.name[-10:]}")
+    try:
+        query.awaitTermination(timeout_s)
+    finally:
+        if query.isActive:
+            query.stop()
+        kafka_sink.close()
+    return query
+
+
+def write_events(bootstrap: str, topic: str, events: list[dict], **client) -> None:
+    """Events in the Confluent wire format, the last one alone: tansu reports a partition's end
+    offset as the start of its last stored batch + 1, so a job with availableNow would stop
+    before the rest of that batch (shared/notes/tansu.md)."""
+    from streaming.simulate.writers import KafkaEventWriter
+
+    with KafkaEventWriter(bootstrap, topic, progress=None, client=client or None) as writer:
+        writer.write(events[:-1])
+        writer.write(events[-1:])
+
+
+def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]], **client) -> None:
+    """(key, value) records as they are, acknowledged before returning."""
+    from confluent_kafka import Producer
+
+    errors = []
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, **client})
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, key, on_delivery=lambda err, _m: err and errors.append(str(err)))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0 and not errors, errors[:3]
