@@ -31,6 +31,9 @@ def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None):
     the records."""
     rules = settings.rules
     return (_kafka_reader(spark, settings, starting_offsets).option("output", "packs")
+            # Undecodable records go to the dead-letter topic from the task that read them: their
+            # bytes (any size, any number) never travel through packs, state or the driver.
+            .option("deadLetterTopic", settings.kafka.dlq_topic)
             .option("packs.clientShards", str(rules.client_shards))
             .option("packs.maxFutureMs", str(rules.max_future_ms))
             # a live batch is read in one task per core, not one per Kafka partition: each task
@@ -79,12 +82,14 @@ class KafkaOutputSink:
         if batch.alerts:
             self.producer.send(batch.alerts, self.alerts_topic)
             self.producer.flush()
-        if batch.dead_letters:
+        # "published": the source produced it from its read task already (kafka_packs)
+        letters = [d for d in batch.dead_letters if not d.get("published")]
+        if letters:
             self.dead_letters.publish(DeadLetter(
                 topic=d.get("kafka_topic") or "", partition=-1 if d.get("kafka_partition") is None else int(d["kafka_partition"]),
                 offset=-1 if d.get("kafka_offset") is None else int(d["kafka_offset"]),
                 timestamp_ms=d.get("kafka_timestamp"), key=d.get("raw_key"), value=d.get("raw_value"),
-                reason=d["reason"], detail=d.get("detail") or "") for d in batch.dead_letters)
+                reason=d["reason"], detail=d.get("detail") or "") for d in letters)
 
     def close(self) -> None:
         self.producer.flush()

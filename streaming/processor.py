@@ -167,6 +167,8 @@ def _frames(rows: list[dict]) -> Iterator[pd.DataFrame]:
 def _dead_letter_row(row: dict) -> dict:
     payload = {"reason": row.get("dlq_reason") or "undecodable", "detail": row.get("dlq_detail") or "",
                **coordinates(row)}
+    if row.get("dlq_published"):  # the source produced it, bytes and all (udfs.record_batches.as_notices)
+        payload["published"] = True
     raw_value = row.get("raw_value")
     if raw_value is None and row.get("event_type"):  # decoded fine, rejected later (e.g. future time)
         raw_value = json_text(event_fields(row)).encode()

@@ -27,6 +27,9 @@ from streaming.pipeline import EVENT_TIME, detect
 from udfs.event_columns import arrow_schema, spark_schema
 
 _TIMESTAMP_COLUMNS = ("event_time", "kafka_timestamp")
+# A bad line's text is kept as its dead letter's value up to this many bytes: a file of thousands
+# of 300 KB lines must not become gigabytes in one micro-batch (the detail gives the full size).
+MAX_BAD_LINE_BYTES = 64 * 1024
 
 
 @dataclass
@@ -104,8 +107,11 @@ def stage_jsonl(source: IO[str], name: str, out_dir: Path, chunk_events: int, pr
     stager = ParquetStager(out_dir, chunk_events, progress)
     for item in events.read_jsonl(source):
         if isinstance(item, events.JsonLinesError):
-            stager.add({"dlq_reason": item.code, "dlq_detail": item.reason, "kafka_topic": name,
-                        "kafka_offset": item.line_no, "raw_value": item.raw.encode()}, bad=True)
+            raw = item.raw.encode("utf-8", "surrogatepass")
+            detail = item.reason[:1000] + (f" (a line of {len(raw)} bytes: the first {MAX_BAD_LINE_BYTES} kept)"
+                                           if len(raw) > MAX_BAD_LINE_BYTES else "")
+            stager.add({"dlq_reason": item.code, "dlq_detail": detail, "kafka_topic": name,
+                        "kafka_offset": item.line_no, "raw_value": raw[:MAX_BAD_LINE_BYTES]}, bad=True)
         else:
             stager.add(item)
     stager.flush()

@@ -125,13 +125,18 @@ class DeadLetterPublisher:
 
     def __init__(self, client_settings: Mapping[str, str], topic: str):
         self.topic = topic
-        self._producer = ReliableProducer(client_settings)
+        self._settings = dict(client_settings)
+        # made at the first dead letter: every read task of the live job has a publisher, and
+        # most never need one (a producer costs threads and connections)
+        self._producer: ReliableProducer | None = None
         self.max_bytes = message_max_bytes(client_settings)
         self.counts: Counter = Counter()
 
     def add(self, letters: Iterable[DeadLetter]) -> None:
         """Produce without waiting; call flush() before reporting success."""
         for letter in letters:
+            if self._producer is None:
+                self._producer = ReliableProducer(self._settings)
             key, value, headers = letter.fitted(self.max_bytes)
             self._producer.produce(self.topic, value=value, key=key, headers=headers)
             self.counts[letter.reason] += 1
@@ -139,7 +144,8 @@ class DeadLetterPublisher:
     def flush(self) -> Counter:
         """Wait for the broker; raises DeliveryError if it did not take every record. Returns the
         counts by reason since the last flush."""
-        self._producer.flush()
+        if self._producer is not None:
+            self._producer.flush()
         counts, self.counts = self.counts, Counter()
         return counts
 

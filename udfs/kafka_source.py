@@ -13,7 +13,9 @@ Options follow Spark's Kafka connector (which needs a jar this deployment cannot
                               false: log and continue from the earliest available offset
     decode                    none (Spark's Kafka columns) | avro (Confluent wire format, built-in
                               catalog or schema.registry.url) | avro-schemaless (event_type header)
-    deadLetterTopic           with decode: produce malformed records there instead of emitting rows
+    deadLetterTopic           with decode: produce malformed records there from the read task itself
+                              instead of emitting rows (output=packs: a notice without the bytes,
+                              marked dlq_published, goes on for the counts)
     output                    events (default: one row per decoded record) | packs (with decode:
                               the records already routed and packed by state key, the input of
                               epochwatch's stateful stage, see streaming.packs; saves Spark turning
@@ -197,6 +199,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     yield record_batches.raw_batch(messages)
             return
         publisher = _dead_letter_publisher(options) if options.dead_letter_topic else None
+        notices = publisher is not None and options.output == "packs"
 
         def decoded():
             decoders = {}  # one per topic for the whole task: each keeps the schemas it resolved
@@ -206,11 +209,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 decode_message = decoders[span.topic]
                 for messages in fetched(span):
                     batch, dead = record_batches.decoded_batch(messages, decode_message,
-                                                               keep_dead_letters_as_rows=publisher is None)
+                                                               keep_dead_letters_as_rows=publisher is None or notices)
                     if publisher is not None and dead:
                         publisher.add(dead)
                     if batch is not None:
-                        yield batch
+                        yield record_batches.as_notices(batch) if notices else batch
                 if publisher is not None:
                     _log_dead_letters(publisher.flush(), span, options.dead_letter_topic)
 

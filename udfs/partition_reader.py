@@ -34,6 +34,14 @@ _THROUGHPUT_DEFAULTS = {
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
            "enable.partition.eof": False}
 _CONSUME_WAIT_S = 0.5
+# A chunk is decoded and converted in one piece, so it is bounded in bytes as well as in records:
+# a record may be as large as its producer allowed, and thousands of 300 KB records asked for at
+# once were gigabytes in one task. Reads ask for one record first, then twice as many each time,
+# up to READ_RECORDS and to as many as fit CHUNK_BYTES at the largest record's size seen so far;
+# they are gathered into chunks. A chunk holds at most CHUNK_BYTES plus one read: READ_RECORDS
+# records when large ones follow small ones (at most 256 MB with Kafka's 1 MB record limit).
+CHUNK_BYTES = 64 * 1024 * 1024
+READ_RECORDS = 256
 
 
 class DataLossError(RuntimeError):
@@ -65,8 +73,49 @@ def consumer_settings(client: Mapping[str, str]) -> dict:
 
 
 def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int, poll_timeout_ms: int,
-                fail_on_data_loss: bool, retry: RetryPolicy = RetryPolicy()) -> Iterator[list]:
-    """Yield lists of at most ``chunk_size`` messages covering [span.start, span.end) in order."""
+                fail_on_data_loss: bool, retry: RetryPolicy = RetryPolicy(),
+                chunk_bytes: int = CHUNK_BYTES) -> Iterator[list]:
+    """Yield lists of at most ``chunk_size`` messages covering [span.start, span.end) in order, of
+    about ``chunk_bytes`` at most (a chunk ends at the read that reaches it)."""
+    reads = _Reads(chunk_size, chunk_bytes)
+    chunk: list = []
+    size = 0
+    for messages, asked in _read_range(client, span, reads, poll_timeout_ms, fail_on_data_loss, retry):
+        chunk += messages
+        size += reads.saw(messages)
+        # a read that got fewer records than it asked for found no more waiting: pass them on
+        if len(chunk) >= chunk_size or size >= chunk_bytes or len(messages) < asked:
+            yield chunk
+            chunk, size = [], 0
+        reads.room = chunk_size - len(chunk)
+    if chunk:
+        yield chunk
+
+
+class _Reads:
+    """How many records the next read asks for (see CHUNK_BYTES)."""
+
+    def __init__(self, chunk_size: int, chunk_bytes: int):
+        self.chunk_bytes = chunk_bytes
+        self.room = chunk_size  # records the chunk being gathered still takes
+        self.largest = 0
+        self.asked = 0
+
+    def saw(self, messages: list) -> int:
+        """The bytes of a read's records."""
+        sizes = [len(m.value() or b"") + len(m.key() or b"") for m in messages]
+        self.largest = max(self.largest, max(sizes, default=0))
+        return sum(sizes)
+
+    def count(self) -> int:
+        fit = self.chunk_bytes // self.largest if self.largest else READ_RECORDS
+        self.asked = max(1, min(2 * self.asked, READ_RECORDS, fit))
+        return min(self.asked, self.room)
+
+
+def _read_range(client: Mapping[str, str], span: OffsetRange, reads: _Reads, poll_timeout_ms: int,
+                fail_on_data_loss: bool, retry: RetryPolicy) -> Iterator[tuple[list, int]]:
+    """(messages, how many were asked for) of each read that got some, covering the range."""
     from confluent_kafka import Consumer, TopicPartition
 
     errors = ClientErrors()
@@ -78,7 +127,8 @@ def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int
         consumer.assign([TopicPartition(span.topic, span.partition, next_offset)])
         deadline = time.monotonic() + poll_timeout_ms / 1000
         while next_offset < span.end:
-            messages = consumer.consume(min(chunk_size, span.end - next_offset), _CONSUME_WAIT_S)
+            asked = min(reads.count(), span.end - next_offset)
+            messages = consumer.consume(asked, _CONSUME_WAIT_S)
             failed = [m for m in messages if m.error() is not None]
             if failed:
                 resume, reassign = _on_errors(consumer, span, next_offset, failed, fail_on_data_loss, errors)
@@ -98,7 +148,7 @@ def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int
                 if stall is not None:
                     _log_recovered(stall)
                     stall = None
-                yield messages
+                yield messages, asked
                 continue
             position = consumer.position([partition])[0].offset
             if position >= span.end:

@@ -250,3 +250,20 @@ def _assemble(rows, messages, dead: list[DeadLetter], dead_rows: list[int]) -> p
         columns += [pa.nulls(n, pa.string()), pa.nulls(n, pa.string()), pa.nulls(n, pa.binary()),
                     pa.nulls(n, pa.binary())]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# Marks a dead letter that the read task produced to the dead-letter topic itself: what travels on
+# is only that it happened (streaming.processor: for the counts and the console, never produced again).
+PUBLISHED_COLUMN = "dlq_published"
+
+
+def as_notices(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with every dead letter's key and value left out and ``dlq_published`` set (null
+    for events): the bytes stay in the task that read them, however many and large they are."""
+    import pyarrow.compute as pc
+
+    dead = pc.is_valid(batch.column("dlq_reason"))
+    columns = [pc.if_else(dead, pa.scalar(None, column.type), column) if name in ("raw_key", "raw_value") else column
+               for name, column in zip(batch.schema.names, batch.columns)]
+    published = pc.if_else(dead, pa.scalar(True), pa.scalar(None, pa.bool_()))
+    return pa.RecordBatch.from_arrays([*columns, published], names=[*batch.schema.names, PUBLISHED_COLUMN])

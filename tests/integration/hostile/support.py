@@ -65,3 +65,34 @@ def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes | None, by
             except BufferError:
                 producer.poll(0.05)
     assert producer.flush(120) == 0 and not errors, errors[:3]
+
+
+def dead_letter_headers(bootstrap: str, topic: str, expected: int, timeout_s: float = 120.0) -> list[dict]:
+    """The headers of a topic's records (as text) until ``expected`` arrived or the deadline; the
+    values are let go as they come (they may add up to gigabytes)."""
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from udfs.dead_letters import headers_to_dict
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"hostile-{time.time_ns()}",
+                         "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+        found, deadline = [], time.monotonic() + timeout_s
+        while len(found) < expected and time.monotonic() < deadline:
+            found += [headers_to_dict(m.headers()) for m in consumer.consume(500, timeout=0.5) if m.error() is None]
+        return found
+    finally:
+        consumer.close()
+
+
+def exit_code(job, timeout_s: float) -> int:
+    """The exit code of a JobProcess once it ended by itself (``--available-now``)."""
+    from tests.helpers import wait_until
+
+    wait_until(lambda: job.returncode() is not None, timeout_s=timeout_s, interval_s=0.5,
+               what=f"the job to finish; its log ends:\n{job.log()[-2000:]}")
+    return job.returncode()
