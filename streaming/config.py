@@ -117,9 +117,11 @@ class CollectSettings:
     # the watched cluster; unset: kafka.bootstrap.servers (the cluster that carries the events)
     bootstrap_servers: str | None = field(default=None, metadata=_alias("bootstrap.servers"))
     # the Prometheus JMX exporters of the cluster's brokers and controllers, comma-separated
-    metrics_urls: str = field(default="", metadata=_alias("metrics.urls"))
+    exporter_urls: str = field(default="", metadata=_alias("exporter.urls"))
     interval_ms: int = field(default=2000, metadata=_alias("interval.ms"))
     request_timeout_ms: int = field(default=1500, metadata=_alias("request.timeout.ms"))
+    # a JMX exporter renders every MBean on each scrape: 0.5-1 s for a broker, more under load
+    exporter_timeout_ms: int = field(default=3000, metadata=_alias("exporter.timeout.ms"))
     # the client id of its probes, and the client_id of the events about what they were answered
     client_id: str = field(default="epochwatch-collector", metadata=_alias("probe.client.id"))
     # a broker whose applied metadata is older than this serves stale metadata (the controller
@@ -127,9 +129,12 @@ class CollectSettings:
     metadata_stale_after_ms: int = field(default=5000, metadata=_alias("metadata.stale.after.ms"))
     # the watched cluster's security settings, in librdkafka's names as under kafka.client
     client: Mapping[str, str] = field(default_factory=dict, metadata=_alias("client"))
+    # the collector's own /metrics (streaming/collect/metrics.py); 0 = off
+    metrics_port: int = field(default=9465, metadata=_alias("metrics.port"))
+    metrics_address: str = field(default="127.0.0.1", metadata=_alias("metrics.address"))
 
     def urls(self) -> list[str]:
-        return [u.strip() for u in self.metrics_urls.split(",") if u.strip()]
+        return [u.strip() for u in self.exporter_urls.split(",") if u.strip()]
 
 
 @dataclass(frozen=True)
@@ -236,12 +241,13 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError("sinks.alertmanager.url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
     c = settings.collect
     for key, value in (("interval.ms", c.interval_ms), ("request.timeout.ms", c.request_timeout_ms),
+                       ("exporter.timeout.ms", c.exporter_timeout_ms),
                        ("metadata.stale.after.ms", c.metadata_stale_after_ms)):
         if value <= 0:
             raise ConfigError(f"collect.{key}", f"{value} is not above 0", "leave it out for the default, or use e.g. 2000")
     for u in c.urls():
         if not u.startswith(("http://", "https://")):
-            raise ConfigError("collect.metrics.urls", f"{u!r} is not an http(s) URL",
+            raise ConfigError("collect.exporter.urls", f"{u!r} is not an http(s) URL",
                               "list the exporters' URLs, comma-separated, e.g. http://broker-1:7071/metrics")
     if r.client_shards < 1:
         raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (at least 4x the shuffle partitions)")

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import requests
+import urllib.request
+
 from prometheus_client.parser import text_string_to_metric_families
 
 # Kafka's numbers for a broker's registration at the controller (KAFKA-18666, Kafka 4.1+).
@@ -109,13 +110,20 @@ def parse(text: str) -> NodeMetrics:
                        since_heartbeat_ms=per_broker["since_heartbeat"] if active else {})
 
 
-def scrape(url: str, timeout_s: float, session: requests.Session | None = None) -> NodeMetrics:
+def scrape(url: str, timeout_s: float, fetch=None) -> NodeMetrics:
+    """One exporter page. The standard library's client: the collector scrapes every node at once
+    from a thread pool, where requests (over urllib3-future here) timed out on pages that
+    urllib answered in a second."""
     try:
-        response = (session or requests).get(url, timeout=timeout_s)
-        response.raise_for_status()
-    except requests.RequestException as exc:
-        raise ScrapeError(f"{url}: {type(exc).__name__}") from None
+        text = (fetch or _fetch)(url, timeout_s)
+    except (OSError, ValueError) as exc:  # URLError, HTTPError and timeouts are OSErrors
+        raise ScrapeError(f"{url}: {type(exc).__name__}: {exc}") from None
     try:
-        return parse(response.text)
+        return parse(text)
     except ValueError as exc:
         raise ScrapeError(f"{url}: not the Prometheus text format ({exc})") from None
+
+
+def _fetch(url: str, timeout_s: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return response.read().decode("utf-8", errors="replace")

@@ -16,11 +16,11 @@ def register(subparsers) -> None:
         "collect", help="watch a Kafka cluster (Admin API, Metadata probes, JMX exporters) and produce events",
         description="Watch a KRaft Kafka cluster from outside: DescribeQuorum, DescribeCluster with fenced brokers, a "
                     "Metadata request to every broker in turn, and the brokers' and controllers' Prometheus JMX "
-                    "exporters (collect.metrics.urls). Produces broker_heartbeat, metadata_update, metadata_response "
+                    "exporters (collect.exporter.urls). Produces broker_heartbeat, metadata_update, metadata_response "
                     "and metadata_request_failed events to kafka.topics.events; prints one status line per round.")
     p.add_argument("--config", help="YAML config file (section 'collect:', see deploy/config/epochwatch.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config key, e.g. --set collect.metrics.urls=http://127.0.0.1:7071/metrics")
+                   help="override a config key, e.g. --set collect.exporter.urls=http://127.0.0.1:7071/metrics")
     p.add_argument("--rounds", type=int, default=None, help="stop after this many rounds (default: run until stopped)")
     p.add_argument("--quiet", action="store_true", help="no status line per round")
     p.set_defaults(func=run)
@@ -28,12 +28,16 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from streaming.collect.collector import Collector
+    from streaming.collect.metrics import CollectorMetrics
     from streaming.collect.publish import EventPublisher
 
     settings = config_module.load(args.config, parse_overrides(args.set))
     k = settings.kafka
     publisher = EventPublisher(k.bootstrap_servers, k.events_topic, encoding=k.encoding, client=k.client)
-    collector = Collector(settings, publisher)
+    metrics = CollectorMetrics()
+    if settings.collect.metrics_port:
+        metrics.serve(settings.collect.metrics_port, settings.collect.metrics_address)
+    collector = Collector(settings, publisher, metrics=metrics)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:

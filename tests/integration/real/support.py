@@ -60,9 +60,9 @@ def write_config(path: Path, *, cluster, bus: str, topics: dict[str, str], check
     doc = {
         "kafka": {"bootstrap.servers": bus, "topics": topics, "encoding": "confluent", "startingOffsets": "earliest"},
         "rules": rules,
-        "sinks": {"metrics.port": 0},
-        "collect": {"bootstrap.servers": cluster.bootstrap_servers,
-                    "metrics.urls": ",".join(cluster.metrics_urls[n] for n in sorted(cluster.metrics_urls))},
+        "sinks": {"metrics.port": 0, "console": "on"},  # alerts with their descriptions in the job log
+        "collect": {"bootstrap.servers": cluster.bootstrap_servers, "metrics.port": 0,
+                    "exporter.urls": ",".join(cluster.metrics_urls[n] for n in sorted(cluster.metrics_urls))},
         "checkpoint_location": str(checkpoint),
         "trigger_interval": "500 milliseconds",
         "spark": {"spark.sql.shuffle.partitions": "2"},

@@ -47,19 +47,9 @@ def test_a_broker_only_node_has_no_controller_view():
     assert m.broker_state == exporter.BROKER_RUNNING and not m.is_active_controller
 
 
-def test_a_page_that_is_not_the_text_format_is_a_scrape_error(monkeypatch):
-    class Answer:
-        text = "<html>login</html> {{{"
-
-        def raise_for_status(self):
-            pass
-
-    class Session:
-        def get(self, url, timeout):
-            return Answer()
-
+def test_a_page_that_is_not_the_text_format_is_a_scrape_error():
     with pytest.raises(exporter.ScrapeError, match="not the Prometheus text format"):
-        exporter.scrape("http://127.0.0.1:1/metrics", 1.0, session=Session())
+        exporter.scrape("http://127.0.0.1:1/metrics", 1.0, fetch=lambda url, timeout: "<html>login</html> {{{")
 
 
 def test_an_unreachable_exporter_is_a_scrape_error_not_an_exception_of_requests():

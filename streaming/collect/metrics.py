@@ -1,0 +1,54 @@
+"""The collector's own /metrics: that it runs, whether it reaches the cluster, what it sent.
+
+A collector that stopped and a cluster that is down look the same to the job (no events): both
+end in ClusterSilent. These series tell them apart in Prometheus: `EpochwatchCollectorDown`
+(deploy/prometheus/rules/epochwatch-meta.yml) fires for a cluster whose collector series vanished,
+and Alertmanager inhibits that cluster's ClusterSilent while it does (deploy/alertmanager/), so
+lost telemetry pages as lost telemetry; a collector that runs but reaches no node of the cluster
+keeps `epochwatch_collector_cluster_reachable` at 0, and ClusterSilent pages as a cluster outage.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+
+class CollectorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.up = Gauge("epochwatch_collector_up", "1 while the collector runs rounds for this cluster",
+                        ["cluster"], registry=r)
+        self.reachable = Gauge("epochwatch_collector_cluster_reachable",
+                               "1 when the last round reached the cluster's Admin API", ["cluster"], registry=r)
+        self.rounds = Counter("epochwatch_collector_rounds", "rounds run", ["cluster"], registry=r)
+        self.last_round = Gauge("epochwatch_collector_last_round_timestamp_seconds", "when the last round ended",
+                                ["cluster"], registry=r)
+        self.events = Counter("epochwatch_collector_events", "events derived, by type", ["cluster", "event_type"],
+                              registry=r)
+        self.unreachable_exporters = Gauge("epochwatch_collector_exporters_unreachable",
+                                           "exporters that did not answer in the last round", ["cluster"], registry=r)
+        self.publish_failed = Gauge("epochwatch_collector_publish_failed",
+                                    "events the events topic refused for good (delivery errors)", registry=r)
+        self.publish_dropped = Gauge("epochwatch_collector_publish_dropped",
+                                     "events dropped because the local queue was full", registry=r)
+        self.publish_queued = Gauge("epochwatch_collector_publish_queued", "events not yet acknowledged", registry=r)
+
+    def serve(self, port: int, address: str) -> None:
+        start_http_server(port, addr=address, registry=self.registry)
+
+    def round_done(self, report, events: list[dict], publisher, now_s: float) -> None:
+        cluster = report.cluster_id
+        if publisher is not None:
+            self.publish_failed.set(publisher.failed)
+            self.publish_dropped.set(publisher.dropped)
+            self.publish_queued.set(publisher.queued)
+        if cluster is None:
+            return  # never reached: no cluster to label the series with yet
+        self.up.labels(cluster).set(1)
+        self.reachable.labels(cluster).set(1 if report.reachable else 0)
+        self.rounds.labels(cluster).inc()
+        self.last_round.labels(cluster).set(now_s)
+        self.unreachable_exporters.labels(cluster).set(report.scrapes - report.scrapes_ok)
+        for e in events:
+            self.events.labels(cluster, e["event_type"]).inc()

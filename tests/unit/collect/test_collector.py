@@ -1,0 +1,101 @@
+"""The collect loop's wiring, with the cluster's answers given by hand: which source feeds which
+observation, what an unreachable cluster or exporter turns into, and the collector's metrics."""
+
+from pathlib import Path
+
+from prometheus_client import generate_latest
+
+from streaming import config
+from streaming.collect import exporter
+from streaming.collect.collector import Collector
+from streaming.collect.metrics import CollectorMetrics
+from streaming.collect.probes import BrokerRegistration, ClusterState, MetadataAnswer, ProbeError, QuorumState
+
+PAGE = (Path(__file__).parent / "fixtures" / "kafka-4.1.2-combined-node.prom").read_text()
+NOW_S = 1795627627.5  # half a second after the page's last applied record
+
+
+class Probe:
+    def __init__(self, down: bool = False, failing: frozenset = frozenset()):
+        self.down, self.failing = down, failing
+
+    def cluster(self):
+        if self.down:
+            raise ProbeError("NO_NODE_AVAILABLE", "bootstrap failed")
+        return ClusterState("cluster-a", {1: BrokerRegistration(1, "127.0.0.1", 9092, False)})
+
+    def quorum(self):
+        return QuorumState(1, 4, 170, {1: (168, 1795627627000)})
+
+    def metadata(self, broker_id):
+        if broker_id in self.failing:
+            raise ProbeError("REQUEST_TIMEOUT", "slow")
+        return MetadataAnswer(broker_id, "cluster-a", 0, (1,), {("t", 0): 3})
+
+    def close(self):
+        pass
+
+
+def collector(probe, pages=(PAGE,), metrics=None):
+    settings = config.load(overrides={"collect.exporter.urls": ",".join(f"http://127.0.0.1:1/{i}" for i in range(len(pages)))})
+    by_url = dict(zip(settings.collect.urls(), pages))
+
+    def scrape(url, timeout_s):
+        if by_url[url] is None:
+            raise exporter.ScrapeError(f"{url}: timed out")
+        return exporter.parse(by_url[url])
+
+    return Collector(settings, None, probe=probe, scrape=scrape, clock=lambda: NOW_S, metrics=metrics)
+
+
+def test_every_source_feeds_the_round_and_the_controller_comes_from_the_quorum():
+    events, report = collector(Probe()).run_round()
+    assert [e["event_type"] for e in events] == ["broker_heartbeat", "metadata_update", "metadata_response"]
+    hb = events[0]
+    assert (hb["controller_id"], hb["controller_epoch"]) == (1, 4)          # DescribeQuorum
+    assert hb["event_time"] == int(NOW_S * 1000) - 336                      # the controller's gauge
+    assert hb["incarnation_id"] == 1795627548940                            # the broker's app-info
+    assert events[1]["metadata_epoch"] == 167                               # applied, not fetched (168)
+    assert report.reachable and (report.probes_ok, report.scrapes_ok) == (1, 1)
+
+
+def test_without_exporters_the_quorum_alone_gives_heartbeats_and_offsets():
+    events, report = collector(Probe(), pages=(None,)).run_round()
+    hb, update = events[0], events[1]
+    assert hb["event_time"] == 1795627627000 and hb["incarnation_id"] == 0  # last fetch; no start time known
+    assert update["metadata_epoch"] == 168                                  # what it fetched
+    assert report.scrapes_ok == 0
+
+
+def test_an_unreachable_cluster_after_it_was_seen_is_reported_as_a_failure_event():
+    c = collector(Probe())
+    c.run_round()
+    c.probe = Probe(down=True)
+    events, report = c.run_round()
+    failures = [e for e in events if e["event_type"] == "metadata_request_failed"]
+    assert [(f["node_id"], f["reason"]) for f in failures] == [(None, "NO_NODE_AVAILABLE")]
+    assert not report.reachable and report.cluster_id == "cluster-a"
+
+
+def test_a_cluster_never_reached_gives_no_events_it_could_not_name():
+    events, report = collector(Probe(down=True)).run_round()
+    assert events == [] and report.cluster_id is None
+
+
+def test_a_broker_whose_probe_fails_is_a_failure_with_its_node_id():
+    events, _ = collector(Probe(failing=frozenset({1}))).run_round()
+    assert [(e["node_id"], e["reason"]) for e in events if e["event_type"] == "metadata_request_failed"] == [
+        (1, "REQUEST_TIMEOUT")]
+
+
+def test_the_collectors_metrics_say_it_runs_and_whether_it_reaches_the_cluster():
+    metrics = CollectorMetrics()
+    c = collector(Probe(), metrics=metrics)
+    c.run(rounds=1, status=None)
+    c.probe = Probe(down=True)
+    c.run(rounds=1, status=None)
+    text = generate_latest(metrics.registry).decode()
+    assert 'epochwatch_collector_up{cluster="cluster-a"} 1.0' in text
+    assert 'epochwatch_collector_cluster_reachable{cluster="cluster-a"} 0.0' in text
+    assert 'epochwatch_collector_rounds_total{cluster="cluster-a"} 2.0' in text
+    assert 'epochwatch_collector_events_total{cluster="cluster-a",event_type="broker_heartbeat"} 1.0' in text
