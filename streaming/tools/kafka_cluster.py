@@ -1,0 +1,398 @@
+"""A real Apache Kafka KRaft cluster on loopback for the tests and the demo, run from the jars
+`deploy/local/dev setup` fetched: `with KafkaCluster(tmp_path, controllers=1, brokers=3) as c:`.
+
+Controllers (node ids 3000, 3001, 3002) and brokers (1..N) are separate JVMs, each with its own
+log file and the Prometheus JMX exporter (deploy/kafka/jmx-exporter.yaml) on its own port. Every
+broker reaches every controller through a Relay this process owns, so that a test can cut a
+broker off the controllers while clients still reach it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from streaming.embedded import LOOPBACK, _dies_with_this_process, free_port
+from streaming.tools.relay import Relay
+
+KAFKA_VERSION = "4.1.2"
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy" / "kafka"
+CONTROLLER_IDS = (3000, 3001, 3002)
+AGENT_JAR = "jmx_prometheus_javaagent-1.0.1.jar"
+# Up to six JVMs share two cores in CI: C1 alone starts a node faster (a test cluster never runs
+# long enough for C2 to pay off) and the serial collector keeps the RSS small.
+JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss512k", "-Djava.awt.headless=true")
+
+
+class KafkaClusterError(RuntimeError):
+    pass
+
+
+def kafka_lib() -> Path:
+    """The folder of Kafka's jars: $EPOCHWATCH_KAFKA_LIB, else the set-up's cache."""
+    lib = Path(os.environ.get("EPOCHWATCH_KAFKA_LIB") or REPO / ".cache" / "kafka" / KAFKA_VERSION)
+    if not (lib / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file() or not (lib / AGENT_JAR).is_file():
+        raise KafkaClusterError(
+            f"no Apache Kafka {KAFKA_VERSION} jars in {lib}: run `deploy/local/dev setup` (it fetches "
+            f"them from Maven Central once), or point EPOCHWATCH_KAFKA_LIB at a folder holding them")
+    return lib
+
+
+def kafka_classpath() -> str:
+    # the exporter is a shaded agent jar: loaded with -javaagent, kept off the classpath
+    return os.pathsep.join(str(p) for p in sorted(kafka_lib().glob("*.jar")) if p.name != AGENT_JAR)
+
+
+class Sample(NamedTuple):
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(url: str, timeout_s: float = 3.0) -> list[Sample]:
+    """The samples of one Prometheus text exposition (an exporter's /metrics)."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        lines = response.read().decode().splitlines()
+    return [Sample(m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3)))
+            for m in map(_SAMPLE.match, lines) if m]
+
+
+@dataclass
+class KafkaNode:
+    """One JVM: a broker or a controller (or a duplicate claiming a broker's id)."""
+
+    node_id: int
+    role: str                   # "broker" | "controller"
+    dir: Path                   # its config, data and logs
+    port: int                   # a broker's client listener; a controller's quorum listener
+    metrics_port: int
+    relays: dict[int, Relay] = field(default_factory=dict)    # broker: controller id -> relay
+    link_ports: dict[int, int] = field(default_factory=dict)  # controller: broker id -> its listener
+    proc: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:  # a node keeps its ports and dir across restarts
+        self.address = f"{LOOPBACK}:{self.port}"
+        self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
+        self.log_path = self.dir / "server.log"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def stop(self, sig: int = signal.SIGKILL, timeout_s: float = 60.0) -> int | None:
+        """Signal the JVM and wait for it to exit, killing it after timeout_s: its exit code
+        (negative: the signal that ended it), None if it was not running."""
+        if self.proc is None:
+            return None
+        if self.pid is not None:
+            os.kill(self.pid, sig)
+            if sig != signal.SIGKILL:
+                os.kill(self.pid, signal.SIGCONT)  # a paused JVM acts on SIGTERM once resumed
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code, self.proc = self.proc.returncode, None
+        return code
+
+    def close(self) -> None:
+        self.stop()
+        for relay in self.relays.values():
+            relay.close()
+
+    def log_tail(self, lines: int = 40) -> str:
+        # console.log holds the JVM's own output: what goes wrong before log4j runs
+        parts = [f"--- {path}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+                 for path in (self.log_path, self.dir / "console.log") if path.exists()]
+        return "\n".join(parts) or f"(node {self.node_id} wrote no log in {self.dir})"
+
+
+class KafkaCluster:
+    """Controllers and brokers as separate JVMs; a context manager, or start() / stop()."""
+
+    def __init__(self, workdir: Path | str, controllers: int = 1, brokers: int = 3,
+                 broker_overrides: dict[str, object] | None = None, heap: str = "256m"):
+        if not 1 <= controllers <= len(CONTROLLER_IDS) or brokers < 1:
+            raise ValueError(f"1..3 controllers and at least one broker, not {controllers} and {brokers}")
+        self.workdir = Path(workdir)
+        self.heap = heap
+        self.broker_overrides = dict(broker_overrides or {})
+        self.controller_ids = list(CONTROLLER_IDS[:controllers])
+        self.broker_ids = list(range(1, brokers + 1))
+        self.cluster_id = _random_cluster_id()
+        self._nodes: dict[int, KafkaNode] = {}
+        self._duplicates: list[KafkaNode] = []
+        self._admin = None
+
+    def start(self, timeout_s: float = 120.0) -> KafkaCluster:
+        classpath = kafka_classpath()  # fails before any port or process
+        try:
+            for c in self.controller_ids:  # first: the brokers' relays lead to their listeners
+                node = self._nodes[c] = self._new_node(c, "controller", c)
+                node.link_ports = {b: free_port() for b in self.broker_ids}
+            for b in self.broker_ids:
+                node = self._nodes[b] = self._new_node(b, "broker", b)
+                node.relays = {c: Relay((LOOPBACK, self._nodes[c].link_ports[b]), name=f"relay-{b}-{c}")
+                               for c in self.controller_ids}
+            for node in self._nodes.values():
+                self._write_config(node)
+            self._format(self._nodes.values(), classpath)
+            for node in self._nodes.values():
+                self._spawn(node, classpath)
+            self.wait_for_brokers(self.broker_ids, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Kill every JVM (duplicates too) and close the relays: nothing is left running."""
+        self._admin = None  # first: its reconnects to stopped brokers would log FAIL lines
+        for node in [*self._duplicates, *self._nodes.values()]:
+            node.close()
+        self._duplicates.clear()
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(self._nodes[b].address for b in self.broker_ids)
+
+    @property
+    def metrics_urls(self) -> dict[int, str]:
+        return {node_id: node.metrics_url for node_id, node in self._nodes.items()}
+
+    def client_address(self, broker_id: int) -> str:
+        return self._broker(broker_id).address
+
+    def log_path(self, node_id: int) -> Path:
+        return self.node(node_id).log_path
+
+    def pid(self, node_id: int) -> int | None:
+        return self.node(node_id).pid
+
+    def node(self, node_id: int) -> KafkaNode:
+        if node_id not in self._nodes:
+            raise KeyError(f"no node {node_id} (controllers {self.controller_ids}, brokers {self.broker_ids})")
+        return self._nodes[node_id]
+
+    def _running(self, node_id: int) -> KafkaNode:
+        if self.node(node_id).pid is None:
+            raise KafkaClusterError(f"node {node_id} is not running")
+        return self._nodes[node_id]
+
+    def _broker(self, broker_id: int) -> KafkaNode:
+        if self.node(broker_id).role != "broker":
+            raise KeyError(f"node {broker_id} is a controller")
+        return self._nodes[broker_id]
+
+    def pause(self, node_id: int) -> None:
+        os.kill(self._running(node_id).pid, signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        os.kill(self._running(node_id).pid, signal.SIGCONT)
+
+    def kill(self, node_id: int) -> None:
+        self.node(node_id).stop(signal.SIGKILL)
+
+    def shutdown(self, node_id: int, timeout_s: float = 60.0) -> int | None:
+        """SIGTERM: a broker shuts down under the controller's control. Returns the exit code."""
+        return self.node(node_id).stop(signal.SIGTERM, timeout_s)
+
+    def restart(self, node_id: int, wait: bool = True, timeout_s: float = 60.0) -> None:
+        """Start the node again (shut down first if running): same id, log dir and ports. With
+        wait, returns once a broker is unfenced again: after a kill, that is once the old
+        registration's session has expired (the controller refuses the new one until then)."""
+        node = self.node(node_id)
+        node.stop(signal.SIGTERM)
+        self._spawn(node, kafka_classpath())
+        if wait and node.role == "broker":
+            self.wait_for_brokers([node_id], timeout_s)
+
+    def start_duplicate(self, broker_id: int) -> KafkaNode:
+        """A second JVM claiming broker_id, with its own dir, ports and exporter; it reaches the
+        controllers through the original's relays (a controller advertises one address per
+        broker id). Stop it with .stop(); the cluster's stop() stops it too."""
+        self._broker(broker_id)
+        node = self._new_node(broker_id, "broker", f"{broker_id}-duplicate-{len(self._duplicates) + 1}")
+        self._duplicates.append(node)
+        self._write_config(node)
+        classpath = kafka_classpath()
+        self._format([node], classpath)
+        self._spawn(node, classpath)
+        return node
+
+    def cut_controller_link(self, broker_id: int) -> None:
+        for relay in self._broker(broker_id).relays.values():
+            relay.cut()
+
+    def heal_controller_link(self, broker_id: int) -> None:
+        for relay in self._broker(broker_id).relays.values():
+            relay.heal()
+
+    def active_controller_id(self) -> int | None:
+        """The raft leader as the running controllers' exporters report it (the highest epoch
+        wins: a deposed leader may not know yet); None while no controller knows one."""
+        best = (-1, None)
+        for node in (self._nodes[c] for c in self.controller_ids if self._nodes[c].pid):
+            raft = _gauges(node, "kafka_server_raftmetrics_current_")
+            leader = int(raft.get("kafka_server_raftmetrics_current_leader", -1))
+            epoch = int(raft.get("kafka_server_raftmetrics_current_epoch", -1))
+            if leader >= 0 and epoch > best[0]:
+                best = (epoch, leader)
+        return best[1]
+
+    def stop_active_controller(self, timeout_s: float = 60.0) -> int:
+        """Shut the active controller down (SIGTERM); its id."""
+        leader = self.active_controller_id()
+        if leader is None:
+            raise KafkaClusterError("no active controller to stop")
+        self.shutdown(leader, timeout_s)
+        return leader
+
+    def unfenced_broker_ids(self, timeout_s: float = 5.0) -> set[int]:
+        """The brokers the cluster's metadata lists (fenced ones are left out); empty on error.
+        list_topics, not describe_cluster: librdkafka 2.16's describe_cluster aborts the process
+        (assertion `rko_result`) on an answer listing no broker, as a lone fenced broker gives."""
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        try:
+            return set(self._admin.list_topics(timeout=timeout_s).brokers)
+        except Exception:  # KafkaException while no broker answers
+            return set()
+
+    def wait_for_brokers(self, broker_ids: list[int], timeout_s: float) -> None:
+        """Until each broker says it runs and the cluster's metadata lists them all. Its own
+        BrokerState (3, running) first: a restarted broker's old registration may still be
+        listed, and a client probing a port that does not listen yet logs FAIL lines."""
+        deadline, wanted, state = time.monotonic() + timeout_s, set(broker_ids), "kafka_server_kafkaserver_brokerstate"
+        while missing := {b for b in wanted if _gauges(self._nodes[b], state).get(state) != 3}:
+            self._check_progress(deadline, missing)
+            time.sleep(0.2)
+        while missing := wanted - self.unfenced_broker_ids():
+            self._check_progress(deadline, missing)
+            time.sleep(0.2)
+
+    def _check_progress(self, deadline: float, missing: set[int]) -> None:
+        for node in self._nodes.values():
+            if node.proc is not None and node.proc.poll() is not None:
+                raise KafkaClusterError(f"{node.role} {node.node_id} exited with {node.proc.returncode}\n"
+                                        + node.log_tail())
+        if time.monotonic() > deadline:
+            raise KafkaClusterError(f"brokers {sorted(missing)} not ready in time\n"
+                                    + "\n".join(self._nodes[b].log_tail() for b in sorted(missing)))
+
+    def _new_node(self, node_id: int, role: str, dirname: object) -> KafkaNode:
+        return KafkaNode(node_id, role, self.workdir / str(dirname), free_port(), free_port())
+
+    def _write_config(self, node: KafkaNode) -> None:
+        """Brokers reach the controllers only through their relays. A broker learns controller
+        addresses from controller.quorum.voters and from raft responses (KIP-853's NodeEndpoints:
+        the leader's *advertised* address on the listener the request came in on). Were that the
+        controller's real port, the broker would reconnect there, past its relay, after any
+        dropped connection (seen on 4.1.2). So each controller has a listener per broker
+        (RELAYED_<broker>) advertised at that broker's relay, and a broker knows only its own."""
+        relayed = {b: f"RELAYED_{b}" for b in self.broker_ids}
+        config: dict[str, object] = {
+            "node.id": node.node_id,
+            "process.roles": node.role,
+            "listener.security.protocol.map": ",".join(
+                f"{name}:PLAINTEXT" for name in ["CONTROLLER", "PLAINTEXT", *relayed.values()]),
+            "log.dirs": node.dir / "data",
+            # a few threads per JVM: up to six JVMs share two cores
+            "num.network.threads": 2, "num.io.threads": 2, "background.threads": 2,
+        }
+        if node.role == "controller":
+            links = {relayed[b]: port for b, port in node.link_ports.items()}
+            at_relays = {relayed[b]: self._nodes[b].relays[node.node_id].port for b in self.broker_ids}
+            config.update({
+                "controller.quorum.voters": ",".join(f"{c}@{self._nodes[c].address}" for c in self.controller_ids),
+                # the first name is the quorum's own: controllers talk to each other directly
+                "controller.listener.names": ",".join(["CONTROLLER", *links]),
+                "listeners": ",".join([f"CONTROLLER://{node.address}",
+                                       *(f"{n}://{LOOPBACK}:{p}" for n, p in links.items())]),
+                "advertised.listeners": ",".join([f"CONTROLLER://{node.address}",
+                                                  *(f"{n}://{LOOPBACK}:{p}" for n, p in at_relays.items())]),
+            })
+        else:
+            relays = self._nodes[node.node_id].relays  # a duplicate's are the original's
+            replicas = min(3, len(self.broker_ids))
+            config.update({
+                "controller.quorum.voters": ",".join(f"{c}@{r.address}" for c, r in relays.items()),
+                "controller.listener.names": relayed[node.node_id],
+                "listeners": f"PLAINTEXT://{node.address}",
+                "advertised.listeners": f"PLAINTEXT://{node.address}",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "offsets.topic.replication.factor": replicas,
+                "transaction.state.log.replication.factor": replicas,
+                "transaction.state.log.min.isr": min(2, replicas),
+                "group.initial.rebalance.delay.ms": 0,
+                **self.broker_overrides,
+            })
+        (node.dir / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+
+    def _java(self, node: KafkaNode, classpath: str, main: list[str], log: Path, agent: bool) -> list[str]:
+        agent_flag = [f"-javaagent:{kafka_lib() / AGENT_JAR}={LOOPBACK}:{node.metrics_port}:"
+                      f"{DEPLOY / 'jmx-exporter.yaml'}"] if agent else []
+        return [*_dies_with_this_process(), "java", f"-Xmx{self.heap}", *JVM_FLAGS, *agent_flag,
+                f"-Dlog4j2.configurationFile={DEPLOY / 'log4j2.yaml'}", f"-Depochwatch.kafka.log={log}",
+                "-cp", classpath, *main]
+
+    def _format(self, nodes, classpath: str) -> None:
+        """kafka-storage format (static voters, so no --initial-controllers), all nodes at once."""
+        procs = [(node, subprocess.Popen(
+            self._java(node, classpath, ["kafka.tools.StorageTool", "format", "--cluster-id", self.cluster_id,
+                                         "--config", str(node.dir / "server.properties")],
+                       node.dir / "format.log", agent=False),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True))
+            for node in nodes]
+        for node, proc in procs:
+            output = proc.communicate(timeout=120)[0]
+            if proc.returncode != 0:
+                raise KafkaClusterError(f"formatting node {node.node_id}'s storage failed:\n{output}")
+
+    def _spawn(self, node: KafkaNode, classpath: str) -> None:
+        # Popen in the caller's thread: setpriv's parent-death signal fires when the *thread*
+        # that started the JVM ends, so nodes must never be started from a short-lived thread.
+        with open(node.dir / "console.log", "ab") as console:
+            node.proc = subprocess.Popen(
+                self._java(node, classpath, ["kafka.Kafka", str(node.dir / "server.properties")],
+                           node.log_path, agent=True),
+                stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def _random_cluster_id() -> str:
+    """A Kafka Uuid in its base64 form; one starting with '-' would read as a CLI flag."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _gauges(node: KafkaNode, prefix: str) -> dict[str, float]:
+    """A node's samples named prefix*; none while its exporter does not answer (paused, starting)."""
+    try:
+        return {s.name: s.value for s in scrape(node.metrics_url, timeout_s=2) if s.name.startswith(prefix)}
+    except OSError:
+        return {}
