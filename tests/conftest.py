@@ -12,6 +12,8 @@ import pytest
 
 from streaming.embedded import EmbeddedBroker, create_topics
 
+pytest_plugins = ["tests.support.kafka"]  # kafka_cluster, kafka_cluster_factory
+
 
 @pytest.fixture(scope="session")
 def broker():

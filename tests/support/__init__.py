@@ -1,0 +1,1 @@
+"""Fixture plugins for the whole tests/ tree (registered in tests/conftest.py)."""
