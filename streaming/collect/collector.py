@@ -1,23 +1,26 @@
 """The collect loop: every ``collect.interval.ms`` ask the cluster (probes), read the exporters,
 derive the events (pure), hand them to the publisher, print one status line.
 
-Nothing the cluster does may stop it: every failure to reach a node becomes a
-``metadata_request_failed`` event (when it was a Kafka request) or a count in the status line
-(when it was an exporter), and the loop goes on.
+Nothing the cluster does may stop it or hold a round up: every call runs in a pool with at most
+one call per target in flight, and a round waits ``collect.request.timeout.ms`` for them. A call
+still running then (a paused broker's connection, an exporter rendering a large page on a busy
+machine) is late, not lost: its answer is taken by the next round, and its target gets no new
+call meanwhile. A failed Kafka request becomes a ``metadata_request_failed`` event; an exporter
+that does not answer is a count in the status line and the metrics.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import IO, Callable
+from typing import IO, Callable, Hashable
 
 from streaming.collect import exporter
 from streaming.collect.derive import BrokerObservation, DeriveSettings, EventDeriver, Round
 from streaming.collect.metrics import CollectorMetrics
-from streaming.collect.probes import ClusterProbe, ProbeError
+from streaming.collect.probes import BrokerProbe, ClusterProbe, ClusterState, ProbeError, QuorumState
 from streaming.config import Settings
 
 
@@ -35,6 +38,7 @@ class RoundReport:
     scrapes_ok: int
     scrapes: int
     events: int
+    seconds: float
 
     def line(self, publisher) -> str:
         cluster = self.cluster_id or "unreachable"
@@ -43,113 +47,159 @@ class RoundReport:
                                              f"failed {publisher.failed}, dropped {publisher.dropped}")
         return (f"epochwatch collect: cluster {cluster} controller {controller} brokers {self.brokers} "
                 f"(fenced {self.fenced}, stopping {self.stopping}) probes {self.probes_ok}/{self.probes} "
-                f"exporters {self.scrapes_ok}/{self.scrapes} events +{self.events}{sent}")
+                f"exporters {self.scrapes_ok}/{self.scrapes} events +{self.events} in {self.seconds:.1f} s{sent}")
+
+
+class Calls:
+    """At most one call per key in flight; a round starts what is not running and takes what has
+    finished by its deadline (a call that finishes later is taken by the next round)."""
+
+    def __init__(self, workers: int = 16):
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="epochwatch-collect")
+        self._running: dict[Hashable, Future] = {}
+
+    def start(self, key: Hashable, fn: Callable[[], object]) -> None:
+        if key not in self._running:
+            self._running[key] = self._pool.submit(fn)
+
+    def take(self, keys, deadline: float) -> dict:
+        """Results (or the exceptions raised) of the calls of ``keys`` done by ``deadline``."""
+        futures = [self._running[k] for k in keys if k in self._running]
+        wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        done = {}
+        for k in keys:
+            f = self._running.get(k)
+            if f is not None and f.done():
+                del self._running[k]
+                done[k] = f.exception() or f.result()
+        return done
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class Collector:
     def __init__(self, settings: Settings, publisher, probe: ClusterProbe | None = None,
                  scrape: Callable[[str, float], exporter.NodeMetrics] = exporter.scrape,
-                 clock: Callable[[], float] = time.time, metrics: CollectorMetrics | None = None):
+                 clock: Callable[[], float] = time.time, metrics: CollectorMetrics | None = None,
+                 broker_probe: Callable[[str], ClusterProbe] | None = None):
         c, r = settings.collect, settings.rules
         self.settings, self.publisher, self.scrape, self.clock = settings, publisher, scrape, clock
         self.metrics = metrics
         self.probe = probe or ClusterProbe(c.bootstrap_servers or settings.kafka.bootstrap_servers, c.client_id,
                                            c.request_timeout_ms, c.client)
+        self._new_broker_probe = broker_probe or (
+            lambda address: BrokerProbe(address, c.client_id, c.request_timeout_ms, c.client))
+        self._broker_probes: dict[int, tuple[str, ClusterProbe]] = {}
         self.deriver = EventDeriver(DeriveSettings(client_id=c.client_id,
                                                    session_timeout_ms=r.controller_heartbeat_timeout_ms,
                                                    heartbeat_interval_ms=r.broker_heartbeat_interval_ms,
                                                    stale_after_ms=c.metadata_stale_after_ms))
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="epochwatch-scrape")
-        self.cluster_id: str | None = None
+        self.calls = Calls()
+        self.cluster: ClusterState | None = None
         self.controller: tuple[int, int] | None = None
-        self.known_brokers: tuple[int, ...] = ()
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    def _start_scrapes(self) -> list[Future]:
-        """Every exporter at once, beside the Admin calls: a Kafka node takes 0.5-1 s to render
-        its page (about 1 MB with a catch-all rule, more on a busy machine); one after another,
-        that was a 4-5 s round on a 3+3 cluster."""
-        timeout_s = self.settings.collect.exporter_timeout_ms / 1000
+    def _broker_probe(self, bid: int, address: str) -> ClusterProbe:
+        known = self._broker_probes.get(bid)
+        if known is None or known[0] != address:  # new, or moved: a broker restarted elsewhere
+            if known is not None:
+                known[1].close()
+            known = self._broker_probes[bid] = (address, self._new_broker_probe(address))
+        return known[1]
 
-        def one(url):
-            try:
-                return self.scrape(url, timeout_s), self._now_ms()
-            except exporter.ScrapeError:
-                return None, None
+    def _describe(self) -> tuple[ClusterState, QuorumState | None]:
+        cluster = self.probe.cluster()
+        try:
+            return cluster, self.probe.quorum()
+        except ProbeError:
+            return cluster, None  # the controller's view then comes from the exporters, or the last round
 
-        return [self._pool.submit(one, url) for url in self.settings.collect.urls()]
-
-    @staticmethod
-    def _scrapes_done(futures: list[Future]) -> tuple[dict[int, exporter.NodeMetrics], dict[int, int], dict[int, int], int]:
-        """Node id -> metrics; the active controller's registration state and last heartbeat time
-        per broker (empty without its exporter: DescribeQuorum's last fetch stands in); how many
-        exporters answered."""
-        nodes, registration, heartbeats, ok = {}, {}, {}, 0
-        for future in futures:
-            m, at = future.result()
-            if m is None:
-                continue
-            ok += 1
-            if m.node_id is not None:
-                nodes[m.node_id] = m
-            if m.is_active_controller:
-                registration = m.registration
-                heartbeats = {bid: at - since for bid, since in m.since_heartbeat_ms.items()}
-        return nodes, registration, heartbeats, ok
+    def _scrape(self, url: str):
+        """(metrics, when the page arrived): the controller's gauges are relative to that moment."""
+        return self.scrape(url, self.settings.collect.exporter_timeout_ms / 1000), self._now_ms()
 
     def run_round(self) -> tuple[list[dict], RoundReport]:
         # The round's events are stamped with its start: what the probes and scrapes saw is at
         # least that recent, and the job's processing-time horizon trails the newest event of a
         # key, so stamping the end would make the heartbeats (up to an interval old) look late.
-        started_ms = self._now_ms()
-        scrapes = self._start_scrapes()
+        started, started_ms = time.monotonic(), self._now_ms()
+        c = self.settings.collect
+        urls = c.urls()
+        brokers = {} if self.cluster is None else {
+            bid: self._broker_probe(bid, f"{b.host}:{b.port}") for bid, b in self.cluster.brokers.items()}
+        self.calls.start("cluster", self._describe)
+        for url in urls:
+            self.calls.start(url, lambda u=url: self._scrape(u))
+        for bid, probe in brokers.items():
+            self.calls.start(("metadata", bid), lambda b=bid, p=probe: p.metadata(b))
+        keys = ["cluster", *urls, *(("metadata", bid) for bid in brokers)]
+        results = self.calls.take(keys, started + c.request_timeout_ms / 1000)
+
         failures: dict[int | None, str] = {}
-        cluster = quorum = None
-        try:
-            cluster = self.probe.cluster()
-            self.cluster_id = cluster.cluster_id
-            self.known_brokers = tuple(sorted(cluster.brokers))
-        except ProbeError as exc:
-            failures[None] = exc.reason
-        if cluster is not None:
-            try:
-                quorum = self.probe.quorum()
+        answers, quorum, reachable = {}, None, False
+        for bid in brokers:
+            result = results.get(("metadata", bid))
+            if result is None:
+                failures[bid] = "REQUEST_TIMEOUT"  # still waiting: a later round takes the answer
+            elif isinstance(result, ProbeError):
+                failures[bid] = result.reason
+            elif not isinstance(result, Exception):
+                answers[bid] = result
+        outcome = results.get("cluster")
+        if isinstance(outcome, ProbeError):
+            if not answers:
+                failures[None] = outcome.reason  # no broker answered anything: the cluster is unreachable
+        elif outcome is not None and not isinstance(outcome, Exception):
+            (self.cluster, quorum), reachable = outcome, True
+            if quorum is not None:
                 self.controller = (quorum.leader_id, quorum.leader_epoch)
-            except ProbeError:
-                pass  # the controller's view then comes from the exporters, or the last round
-        answers = {}
-        for bid in self.known_brokers:
-            try:
-                answers[bid] = self.probe.metadata(bid)
-            except ProbeError as exc:
-                failures[bid] = exc.reason
-        nodes, registration, heartbeats, scrapes_ok = self._scrapes_done(scrapes)
+        nodes, registration, heartbeats = self._pages([results[u] for u in urls if u in results],
+                                                       self.settings.rules.controller_heartbeat_timeout_ms)
         if quorum is None:
             active = next((m for m in nodes.values() if m.is_active_controller), None)
             if active is not None and active.raft_leader is not None and active.raft_epoch is not None:
                 self.controller = (active.raft_leader, active.raft_epoch)
-        broker_ids = set(self.known_brokers) | set(registration) | {
+        broker_ids = set(brokers) | set(self.cluster.brokers if self.cluster else ()) | set(registration) | {
             n for n, m in nodes.items() if m.broker_state is not None}
-        observations = {bid: self._observe(bid, cluster, quorum, nodes.get(bid), registration, heartbeats)
+        observations = {bid: self._observe(bid, quorum, nodes.get(bid), registration, heartbeats)
                         for bid in broker_ids}
         events = []
-        if self.cluster_id is not None and self.controller is not None:
-            events = self.deriver.derive(Round(started_ms, self.cluster_id, *self.controller, observations,
+        if self.cluster is not None and self.controller is not None:
+            events = self.deriver.derive(Round(started_ms, self.cluster.cluster_id, *self.controller, observations,
                                                answers, failures))
             if self.publisher is not None:
                 self.publisher.publish(events)
         states = [o.controller_state for o in observations.values()]
-        report = RoundReport(cluster is not None, self.cluster_id, *(self.controller or (None, None)), len(observations),
-                             states.count("INACTIVE"), states.count("STOPPING"), len(answers),
-                             len(self.known_brokers), scrapes_ok, len(self.settings.collect.urls()), len(events))
+        scrapes_ok = sum(1 for u in urls if u in results and not isinstance(results[u], Exception))
+        report = RoundReport(reachable, self.cluster.cluster_id if self.cluster else None,
+                             *(self.controller or (None, None)), len(observations), states.count("INACTIVE"),
+                             states.count("STOPPING"), len(answers), len(brokers), scrapes_ok, len(urls), len(events),
+                             time.monotonic() - started)
         return events, report
 
     @staticmethod
-    def _observe(bid, cluster, quorum, own, registration, heartbeats) -> BrokerObservation:
+    def _pages(pages, session_ms: int) -> tuple[dict[int, exporter.NodeMetrics], dict[int, int], dict[int, int]]:
+        """Node id -> metrics; the active controller's registration state and last heartbeat time
+        per broker (empty without its page: DescribeQuorum's last fetch stands in). The gauge
+        stops at the session timeout: from there on it only says "a session ago or longer"."""
+        nodes, registration, heartbeats = {}, {}, {}
+        for page in pages:
+            if isinstance(page, Exception):
+                continue
+            m, at = page
+            if m.node_id is not None:
+                nodes[m.node_id] = m
+            if m.is_active_controller:
+                registration = m.registration
+                heartbeats = {bid: at - since for bid, since in m.since_heartbeat_ms.items() if since < session_ms}
+        return nodes, registration, heartbeats
+
+    def _observe(self, bid, quorum: QuorumState | None, own, registration, heartbeats) -> BrokerObservation:
         fetch = quorum.observers.get(bid) if quorum is not None else None
-        reg = cluster.brokers.get(bid) if cluster is not None else None
+        reg = self.cluster.brokers.get(bid) if self.cluster is not None else None
         return BrokerObservation(
             broker_id=bid, fenced=reg.fenced if reg is not None else None, registration=registration.get(bid),
             last_heartbeat_ms=heartbeats.get(bid), last_fetch_ms=fetch[1] if fetch else None,
@@ -173,13 +223,15 @@ class Collector:
             if rounds is not None and done >= rounds:
                 break
             next_at += interval_s
-            wait = next_at - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)  # the loop's pace, not a test's wait
+            wait_s = next_at - time.monotonic()
+            if wait_s > 0:
+                time.sleep(wait_s)  # the loop's pace, not a test's wait
             else:
-                next_at = time.monotonic()  # a slow round (a node timing out): start the next now
+                next_at = time.monotonic()  # a slow round: start the next now
         return done
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.calls.close()
+        for _, probe in self._broker_probes.values():
+            probe.close()
         self.probe.close()

@@ -83,6 +83,13 @@ def client_options(client: Mapping[str, str]) -> dict:
     return out
 
 
+def _answer(broker_id: int, response) -> MetadataAnswer:
+    epochs = {(_topic_key(t), p.partition_index): p.leader_epoch
+              for t in response.topics if t.error_code == 0 for p in t.partitions if p.error_code == 0}
+    return MetadataAnswer(broker_id, response.cluster_id, getattr(response, "error_code", 0),
+                          tuple(sorted(b.node_id for b in response.brokers)), epochs)
+
+
 def _topic_key(topic) -> str:
     """The topic id (Metadata v10+), so that a deleted and re-created topic is another topic."""
     topic_id = getattr(topic, "topic_id", None)
@@ -144,8 +151,23 @@ class ClusterProbe:
                    for b in result["brokers"]}
         return ClusterState(result["cluster_id"], brokers)
 
+    def close(self) -> None:
+        if self._admin is not None:
+            try:
+                self._admin.close()
+            finally:
+                self._admin = None
+
+
+class BrokerProbe(ClusterProbe):
+    """A client of one broker alone, for the Metadata question asked of that broker itself.
+
+    kafka-python sends to the node ids it learned from Metadata answers, and healthy brokers leave
+    a fenced broker out of those: the broker cut off from the controller, whose answers matter
+    most, would be unreachable. A client bootstrapped from that broker's address alone reaches it
+    as its bootstrap node, whatever the others say about it."""
+
     def metadata(self, broker_id: int) -> MetadataAnswer:
-        """Metadata for every topic, asked of ``broker_id`` itself."""
         from kafka.protocol.metadata import MetadataRequest
 
         request = MetadataRequest(topics=None, allow_auto_topic_creation=False,
@@ -154,17 +176,8 @@ class ClusterProbe:
 
         async def ask(admin):
             # kafka-python's own per-broker calls (describe_log_dirs) go through the same manager
-            return await admin._manager.send(request, node_id=broker_id, request_timeout_ms=self._timeout_ms)
+            node = admin._manager.cluster.bootstrap_brokers()[0].node_id
+            return await admin._manager.send(request, node_id=node, request_timeout_ms=self._timeout_ms)
 
-        response = self._call(f"Metadata from broker {broker_id}", lambda a: a._manager.run(ask, a))
-        epochs = {(_topic_key(t), p.partition_index): p.leader_epoch
-                  for t in response.topics if t.error_code == 0 for p in t.partitions if p.error_code == 0}
-        return MetadataAnswer(broker_id, response.cluster_id, getattr(response, "error_code", 0),
-                              tuple(sorted(b.node_id for b in response.brokers)), epochs)
+        return _answer(broker_id, self._call(f"Metadata from broker {broker_id}", lambda a: a._manager.run(ask, a)))
 
-    def close(self) -> None:
-        if self._admin is not None:
-            try:
-                self._admin.close()
-            finally:
-                self._admin = None

@@ -45,17 +45,28 @@ def collector(probe, pages=(PAGE,), metrics=None):
             raise exporter.ScrapeError(f"{url}: timed out")
         return exporter.parse(by_url[url])
 
-    return Collector(settings, None, probe=probe, scrape=scrape, clock=lambda: NOW_S, metrics=metrics)
+    c = Collector(settings, None, probe=probe, scrape=scrape, clock=lambda: NOW_S, metrics=metrics,
+                  broker_probe=lambda address: c.probe)  # the same fake answers for every broker
+    return c
+
+
+def second_round(c):
+    """The first round learns the brokers (DescribeCluster); the second asks each of them."""
+    c.run_round()
+    return c.run_round()
 
 
 def test_every_source_feeds_the_round_and_the_controller_comes_from_the_quorum():
-    events, report = collector(Probe()).run_round()
-    assert [e["event_type"] for e in events] == ["broker_heartbeat", "metadata_update", "metadata_response"]
-    hb = events[0]
+    c = collector(Probe())
+    first, _ = c.run_round()
+    assert [e["event_type"] for e in first] == ["broker_heartbeat", "metadata_update"]
+    events, report = c.run_round()
+    assert [e["event_type"] for e in events] == ["metadata_response"]  # nothing new to say but the answer
+    hb = first[0]
     assert (hb["controller_id"], hb["controller_epoch"]) == (1, 4)          # DescribeQuorum
     assert hb["event_time"] == int(NOW_S * 1000) - 336                      # the controller's gauge
     assert hb["incarnation_id"] == 1795627548940                            # the broker's app-info
-    assert events[1]["metadata_epoch"] == 167                               # applied, not fetched (168)
+    assert first[1]["metadata_epoch"] == 167                                # applied, not fetched (168)
     assert report.reachable and (report.probes_ok, report.scrapes_ok) == (1, 1)
 
 
@@ -70,10 +81,10 @@ def test_without_exporters_the_quorum_alone_gives_heartbeats_and_offsets():
 def test_an_unreachable_cluster_after_it_was_seen_is_reported_as_a_failure_event():
     c = collector(Probe())
     c.run_round()
-    c.probe = Probe(down=True)
+    c.probe = Probe(down=True, failing=frozenset({1}))
     events, report = c.run_round()
     failures = [e for e in events if e["event_type"] == "metadata_request_failed"]
-    assert [(f["node_id"], f["reason"]) for f in failures] == [(None, "NO_NODE_AVAILABLE")]
+    assert [(f["node_id"], f["reason"]) for f in failures] == [(None, "NO_NODE_AVAILABLE"), (1, "REQUEST_TIMEOUT")]
     assert not report.reachable and report.cluster_id == "cluster-a"
 
 
@@ -83,7 +94,7 @@ def test_a_cluster_never_reached_gives_no_events_it_could_not_name():
 
 
 def test_a_broker_whose_probe_fails_is_a_failure_with_its_node_id():
-    events, _ = collector(Probe(failing=frozenset({1}))).run_round()
+    events, _ = second_round(collector(Probe(failing=frozenset({1}))))
     assert [(e["node_id"], e["reason"]) for e in events if e["event_type"] == "metadata_request_failed"] == [
         (1, "REQUEST_TIMEOUT")]
 
@@ -99,3 +110,37 @@ def test_the_collectors_metrics_say_it_runs_and_whether_it_reaches_the_cluster()
     assert 'epochwatch_collector_cluster_reachable{cluster="cluster-a"} 0.0' in text
     assert 'epochwatch_collector_rounds_total{cluster="cluster-a"} 2.0' in text
     assert 'epochwatch_collector_events_total{cluster="cluster-a",event_type="broker_heartbeat"} 1.0' in text
+
+
+def test_a_call_that_outlives_the_round_is_taken_by_the_next_one_and_not_started_twice():
+    import threading
+
+    from streaming.collect.collector import Calls
+
+    release, started = threading.Event(), []
+    calls = Calls()
+
+    def slow():
+        started.append(1)
+        release.wait(5)
+        return "late answer"
+
+    calls.start("k", slow)
+    assert calls.take(["k"], deadline=0) == {}
+    calls.start("k", slow)  # still running: not started again
+    release.set()
+    import time
+    assert calls.take(["k"], deadline=time.monotonic() + 5) == {"k": "late answer"} and len(started) == 1
+    calls.close()
+
+
+def test_a_saturated_heartbeat_gauge_is_no_heartbeat_even_when_the_page_arrives_late():
+    """The page arrives after the round started: 'arrival minus 9000' would pass for a heartbeat
+    less than a session old at the round's start."""
+    page = PAGE.replace('name="TimeSinceLastHeartbeatReceivedMs"} 336.0', 'name="TimeSinceLastHeartbeatReceivedMs"} 9000.0')
+    times = iter([NOW_S, NOW_S + 1.2, NOW_S + 1.2, NOW_S + 1.2])  # round start, then the page's arrival
+    c = collector(Probe(), pages=(page,))
+    c.clock = lambda: next(times, NOW_S + 1.2)
+    events, _ = c.run_round()
+    hb = [e for e in events if e["event_type"] == "broker_heartbeat"]
+    assert [e["event_time"] for e in hb] == [1795627627000]  # DescribeQuorum's last fetch, not the gauge
