@@ -180,6 +180,28 @@ def test_inhibition(alertmanager, sink_factory):
     assert got == [[], [silent_fp], [], [], [lag_fp], [], [], []]
 
 
+def test_a_stopped_collector_mutes_its_clusters_silence_and_only_that(alertmanager, sink_factory):
+    """EpochwatchCollectorDown comes from Prometheus (deploy/prometheus/rules), posted here as
+    Prometheus would; ClusterSilent from the job's sink. Lost telemetry of cluster k1 must not page
+    as an outage of k1; k2's silence, with its collector running, is an outage and pages."""
+    collector_down = {"labels": {"alertname": "EpochwatchCollectorDown", "cluster": "k1", "severity": "critical",
+                                 "job": "epochwatch-collector", "instance": "127.0.0.1:9465"},
+                      "annotations": {"summary": "collector down"}}
+    requests.post(alertmanager.url + "/api/v2/alerts", json=[collector_down], timeout=5).raise_for_status()
+    sink = sink_factory()
+    silent_k1, silent_k2 = firing("ClusterSilent", "k1"), firing("ClusterSilent", "k2")
+    sink.add([silent_k1, silent_k2])
+    sink.flush()
+
+    def inhibited():
+        k1, k2, down = find(alertmanager, silent_k1), find(alertmanager, silent_k2), find(alertmanager, collector_down)
+        return k1 and k2 and down and k1["status"]["inhibitedBy"] and (k1, k2, down)
+
+    k1, k2, down = wait_until(inhibited, timeout_s=15, what="ClusterSilent of k1 inhibited")
+    assert k1["status"]["inhibitedBy"] == [down["fingerprint"]]
+    assert k2["status"]["inhibitedBy"] == [] and k2["status"]["state"] == "active"
+
+
 def scrape(metrics: Metrics) -> dict[str, float]:
     return {s.name: s.value for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())
             for s in f.samples if s.name.startswith("epochwatch_alertmanager")}

@@ -29,7 +29,7 @@ def rendered(tmp_path):
 def test_rendered_alertmanager_config_is_valid(rendered):
     result = run(AMTOOL_BIN, "check-config", rendered)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 inhibit rules" in result.stdout and "2 receivers" in result.stdout
+    assert "3 inhibit rules" in result.stdout and "2 receivers" in result.stdout
 
 
 ROUTES = [
