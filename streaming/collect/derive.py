@@ -128,11 +128,13 @@ class EventDeriver:
         state, last = b.controller_state, sent.heartbeat_ms.get(bid)
         moved_on = last is None or hb > last + s.heartbeat_interval_ms // 2
         if not moved_on:
-            # Fenced within a session of its last heartbeat, and no heartbeat since: the
-            # controller let it go (controlled shutdown) between two rounds; a timeout would take
-            # the whole session. Said once, at that last heartbeat, so the job's clean-shutdown
-            # rules apply instead of a heartbeat timeout.
-            if state == "INACTIVE" and sent.state.get(bid) in ("ACTIVE", "STOPPING"):
+            # Fenced well within a session of its last heartbeat (under half of it), and no
+            # heartbeat since: the controller let it go (controlled shutdown) between two rounds;
+            # a timeout fences a whole session after the last heartbeat, and the round can see it
+            # at most a request timeout early. Said once, at that last heartbeat, so the job's
+            # clean-shutdown rules apply instead of a heartbeat timeout.
+            let_go = r.now_ms - last < s.session_timeout_ms // 2
+            if state == "INACTIVE" and let_go and sent.state.get(bid) in ("ACTIVE", "STOPPING"):
                 sent.state[bid] = "INACTIVE"  # what the job will conclude once the session has passed
                 return [self._heartbeat(r, bid, last, "STOPPING", f"{last}-shutdown")]
             return []

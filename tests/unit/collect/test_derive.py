@@ -91,6 +91,17 @@ def test_a_broker_fenced_long_before_its_session_ended_was_let_go_and_is_said_to
     assert kinds(d.derive(rnd(t + 4000, [gone], answers=[])), "broker_heartbeat") == []
 
 
+def test_a_broker_fenced_by_its_session_timeout_is_not_taken_for_a_shutdown():
+    """The round starts 8.5 s after the last heartbeat and its page, arriving later, already says
+    fenced: that is the session timeout, which the job must see as silence."""
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t)]))
+    last = obs(1, t).last_heartbeat_ms
+    fenced = obs(1, last + 8500, last_heartbeat_ms=last, registration=REGISTRATION_FENCED, fenced=True)
+    assert kinds(d.derive(rnd(last + 8500, [fenced], answers=[])), "broker_heartbeat") == []
+
+
 def test_a_new_process_start_is_a_new_incarnation():
     d = EventDeriver(S)
     t = T0 + 10_000
