@@ -4,9 +4,9 @@ from the controller while its clients still reach it. Alerts print as they fire;
 with every expected alert fired and resolved, nothing else paging, the alert records read back
 from Kafka, and the report drawn.
 
-The monitor's own topics live on a separate broker (the embedded one), as they should in
-production: a monitor whose input runs through the cluster it watches goes blind exactly when
-that cluster is sick (a cut-off leader of an events partition accepts writes it cannot replicate).
+The monitor's own topics live on a separate one-broker Kafka, as they should in production: a
+monitor whose input runs through the cluster it watches goes blind exactly when that cluster is
+sick (a cut-off leader of an events partition accepts writes it cannot replicate).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def run_cluster_demo(report: Path | None, out: IO[str] = sys.stdout) -> int:
     from streaming.collect.publish import EventPublisher
     from streaming.demo import _stderr_to, read_topic
     from streaming.dispatch import ConsoleSink, Dispatcher, JsonLinesSink, MemorySink
-    from streaming.embedded import EmbeddedBroker, create_topics
+    from streaming.embedded import create_topics
     from streaming.job import KafkaOutputSink, start
     from streaming.spark_session import build_session
     from streaming.tools.kafka_cluster import KafkaCluster
@@ -64,12 +64,13 @@ def run_cluster_demo(report: Path | None, out: IO[str] = sys.stdout) -> int:
         out.flush()
         cluster = KafkaCluster(work / "cluster", controllers=1, brokers=3)
         stack.callback(cluster.stop)
-        cluster.start()
-        create_topics(cluster.bootstrap_servers, {"orders": 6}, replication_factor=3)
-        bus = EmbeddedBroker().start()
+        bus = KafkaCluster(work / "bus", controllers=1, brokers=1)
         stack.callback(bus.stop)
+        cluster.start()
+        bus.start()
+        create_topics(cluster.bootstrap_servers, {"orders": 6}, replication_factor=3)
         out.write(f"  cluster {cluster.cluster_id} ready in {time.monotonic() - began:.0f} s: brokers "
-                  f"{cluster.bootstrap_servers}; the monitor's topics on a separate broker ({bus.bootstrap_servers})\n")
+                  f"{cluster.bootstrap_servers}; the monitor's topics on a separate one-broker Kafka ({bus.bootstrap_servers})\n")
 
         settings = config.load(overrides={
             "kafka.bootstrap.servers": bus.bootstrap_servers, "kafka.startingOffsets": "earliest",
