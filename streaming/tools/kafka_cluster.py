@@ -1,18 +1,16 @@
-"""A real Apache Kafka KRaft cluster on loopback for the tests and the demo, run from the jars
-`deploy/local/dev setup` fetched: `with KafkaCluster(tmp_path, controllers=1, brokers=3) as c:`.
-
-Controllers (node ids 3000, 3001, 3002) and brokers (1..N) are separate JVMs, each with its own
-log file and the Prometheus JMX exporter (deploy/kafka/jmx-exporter.yaml) on its own port. Every
-broker reaches every controller through a Relay this process owns, so that a test can cut a
-broker off the controllers while clients still reach it.
-"""
+"""A real Apache Kafka KRaft cluster on loopback for the tests and the demo, from the jars that
+`deploy/local/dev setup` fetched. Controllers (ids 3000-3002) and brokers (1..N) are separate JVMs,
+each with its own log and JMX exporter; every broker reaches every controller through a Relay this
+process owns, so that a test can cut it off the controllers while clients still reach it."""
 
 from __future__ import annotations
 
 import base64
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -20,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from streaming.embedded import LOOPBACK, _dies_with_this_process, free_port
+from streaming.embedded import LOOPBACK, _dies_with_this_process
 from streaming.tools.relay import Relay
 
 KAFKA_VERSION = "4.1.2"
@@ -52,10 +50,7 @@ def kafka_classpath() -> str:
     return os.pathsep.join(str(p) for p in sorted(kafka_lib().glob("*.jar")) if p.name != AGENT_JAR)
 
 
-class Sample(NamedTuple):
-    name: str
-    labels: dict[str, str]
-    value: float
+Sample = NamedTuple("Sample", [("name", str), ("labels", dict), ("value", float)])
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)")
@@ -94,8 +89,7 @@ class KafkaNode:
         return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
 
     def stop(self, sig: int = signal.SIGKILL, timeout_s: float = 60.0) -> int | None:
-        """Signal the JVM and wait for it to exit, killing it after timeout_s: its exit code
-        (negative: the signal that ended it), None if it was not running."""
+        """Signal the JVM, wait (SIGKILL after timeout_s): its exit code, None if not running."""
         if self.proc is None:
             return None
         if self.pid is not None:
@@ -144,7 +138,7 @@ class KafkaCluster:
         try:
             for c in self.controller_ids:  # first: the brokers' relays lead to their listeners
                 node = self._nodes[c] = self._new_node(c, "controller", c)
-                node.link_ports = {b: free_port() for b in self.broker_ids}
+                node.link_ports = {b: _free_port() for b in self.broker_ids}
             for b in self.broker_ids:
                 node = self._nodes[b] = self._new_node(b, "broker", b)
                 node.relays = {c: Relay((LOOPBACK, self._nodes[c].link_ports[b]), name=f"relay-{b}-{c}")
@@ -219,9 +213,8 @@ class KafkaCluster:
         return self.node(node_id).stop(signal.SIGTERM, timeout_s)
 
     def restart(self, node_id: int, wait: bool = True, timeout_s: float = 60.0) -> None:
-        """Start the node again (shut down first if running): same id, log dir and ports. With
-        wait, returns once a broker is unfenced again: after a kill, that is once the old
-        registration's session has expired (the controller refuses the new one until then)."""
+        """Start the node again (shut down first if running): same id, log dir and ports. With wait,
+        a broker runs again: after a kill, once the old registration's session expired."""
         node = self.node(node_id)
         node.stop(signal.SIGTERM)
         self._spawn(node, kafka_classpath())
@@ -229,9 +222,8 @@ class KafkaCluster:
             self.wait_for_brokers([node_id], timeout_s)
 
     def start_duplicate(self, broker_id: int) -> KafkaNode:
-        """A second JVM claiming broker_id, with its own dir, ports and exporter; it reaches the
-        controllers through the original's relays (a controller advertises one address per
-        broker id). Stop it with .stop(); the cluster's stop() stops it too."""
+        """A second JVM claiming broker_id with its own dir, ports and exporter, through the
+        original's relays (controllers advertise one per broker id); stop() stops it too."""
         self._broker(broker_id)
         node = self._new_node(broker_id, "broker", f"{broker_id}-duplicate-{len(self._duplicates) + 1}")
         self._duplicates.append(node)
@@ -283,9 +275,8 @@ class KafkaCluster:
             return set()
 
     def wait_for_brokers(self, broker_ids: list[int], timeout_s: float) -> None:
-        """Until each broker says it runs and the cluster's metadata lists them all. Its own
-        BrokerState (3, running) first: a restarted broker's old registration may still be
-        listed, and a client probing a port that does not listen yet logs FAIL lines."""
+        """Until each broker's own BrokerState is 3 (running: a restarted broker's old registration
+        may still be listed; no client FAIL lines) and the cluster's metadata lists them all."""
         deadline, wanted, state = time.monotonic() + timeout_s, set(broker_ids), "kafka_server_kafkaserver_brokerstate"
         while missing := {b for b in wanted if _gauges(self._nodes[b], state).get(state) != 3}:
             self._check_progress(deadline, missing)
@@ -304,7 +295,7 @@ class KafkaCluster:
                                     + "\n".join(self._nodes[b].log_tail() for b in sorted(missing)))
 
     def _new_node(self, node_id: int, role: str, dirname: object) -> KafkaNode:
-        return KafkaNode(node_id, role, self.workdir / str(dirname), free_port(), free_port())
+        return KafkaNode(node_id, role, self.workdir / str(dirname), _free_port(), _free_port())
 
     def _write_config(self, node: KafkaNode) -> None:
         """Brokers reach the controllers only through their relays. A broker learns controller
@@ -380,6 +371,24 @@ class KafkaCluster:
                 self._java(node, classpath, ["kafka.Kafka", str(node.dir / "server.properties")],
                            node.log_path, agent=True),
                 stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+_taken: set[int] = set()  # ports handed out by this process, bound or not yet
+
+
+def _free_port() -> int:
+    """A free loopback port below the ephemeral range: a JVM binds it seconds later, and by then an
+    outgoing connection may have taken a port from bind(0) (seen: "Address already in use")."""
+    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(ephemeral // 2, ephemeral)
+        try:
+            socket.create_server((LOOPBACK, port)).close()
+        except OSError:
+            continue
+        if port not in _taken:
+            _taken.add(port)
+            return port
 
 
 def _random_cluster_id() -> str:
