@@ -96,6 +96,15 @@ class RuleSettings:
     entity_expiry_ms: int = field(default=3_600_000, metadata=_alias("state.entity.expiry.ms"))
     allowed_lateness_ms: int = field(default=2000, metadata=_alias("event.allowed.lateness.ms"))
     max_future_ms: int = field(default=300_000, metadata=_alias("event.max.future.ms"))
+    # What no real cluster sends (streaming.plausible): refused as dead letters before any state.
+    # Kafka's default log.retention.ms: an older record cannot be in the events topic
+    max_past_ms: int = field(default=604_800_000, metadata=_alias("event.max.past.ms"))
+    # KRaft broker epochs and metadata epochs are metadata log offsets: 2^53 is centuries away
+    max_epoch: int = field(default=2**53, metadata=_alias("event.max.epoch"))
+    # a broker away for a month comes back some million offsets on; 2^40 is years of records
+    max_epoch_jump: int = field(default=2**40, metadata=_alias("event.max.epoch.jump"))
+    # a controller epoch grows by one per election
+    max_controller_epoch_jump: int = field(default=100_000, metadata=_alias("event.max.controller.epoch.jump"))
     client_shards: int = field(default=16, metadata=_alias("state.client.shards"))
 
 
@@ -251,7 +260,22 @@ def validate(settings: Settings) -> Settings:
                               "list the exporters' URLs, comma-separated, e.g. http://broker-1:7071/metrics")
     if r.client_shards < 1:
         raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (at least 4x the shuffle partitions)")
+    for key, value in (("event.max.future.ms", r.max_future_ms), ("event.max.past.ms", r.max_past_ms),
+                       ("event.max.epoch", r.max_epoch), ("event.max.epoch.jump", r.max_epoch_jump),
+                       ("event.max.controller.epoch.jump", r.max_controller_epoch_jump)):
+        if value < 1:
+            raise ConfigError(f"rules.{key}", f"{value} would refuse every event",
+                              f"use a value above 0, or leave it out for the default ({_DEFAULT_RULES[key]})")
+    if r.max_past_ms <= r.allowed_lateness_ms:
+        raise ConfigError("rules.event.max.past.ms", f"{r.max_past_ms} is not above event.allowed.lateness.ms",
+                          "events within the allowed lateness are late, not implausible: use e.g. 604800000 (7 days)")
+    if r.max_epoch_jump > r.max_epoch:
+        raise ConfigError("rules.event.max.epoch.jump", f"{r.max_epoch_jump} is above event.max.epoch={r.max_epoch}",
+                          "a jump cannot be larger than the largest epoch: use e.g. 1099511627776 (2^40)")
     return settings
+
+
+_DEFAULT_RULES = {f.metadata["yaml"]: f.default for f in fields(RuleSettings)}
 
 
 def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:

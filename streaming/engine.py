@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from streaming.alerts import AlertTracker
+from streaming.events import CLUSTER_RESET
 from streaming.config import RuleSettings
 from streaming.routing import OWNER_KIND
 from streaming.rules.brokers import BrokerFleet
@@ -60,6 +61,8 @@ class StepResult:
     status: list[dict] = field(default_factory=list)
     summaries: list[dict] = field(default_factory=list)
     invalid: list[tuple[dict, str]] = field(default_factory=list)
+    # plausible alone, but leaping past what the key holds (streaming.plausible): refused
+    refused: list[tuple[dict, str]] = field(default_factory=list)
     touched: set = field(default_factory=set)  # ids of the entities the step changed or added
     deadline: int | None = None
     late: int = 0
@@ -97,9 +100,11 @@ class KeyEngine:
         floor = self.horizon  # evaluations never go back in time
         # events before `floor` arrived after we evaluated their time: applied now, and counted
         out.late = bisect_left(ready, floor, key=_event_time)
-        if applied is None and isinstance(self.table, BrokerFleet):
+        # the passes read the table's state before the step: a reset within it would change that
+        plain = applied is None and not any(ev["event_type"] == CLUSTER_RESET for ev in ready)
+        if plain and isinstance(self.table, BrokerFleet):
             ready = self.table.without_repeated_serves(ready)
-        elif applied is None and isinstance(self.table, ClientShard):
+        elif plain and isinstance(self.table, ClientShard):
             ready = self.table.without_quiet_runs(ready, floor)
         deadline = self._deadline(floor)
         late_changes = False  # late events changed state: evaluate once at `floor`, after the run
@@ -121,6 +126,16 @@ class KeyEngine:
             if reason:
                 if OWNER_KIND.get(ev["event_type"]) == self.kind:
                     out.invalid.append((ev, reason))
+                continue
+            if ev["event_type"] == CLUSTER_RESET:
+                floor = t = max(t, floor)
+                self._forget(t, out)
+                deadline = self._deadline(floor)
+                continue
+            leap = self.table.implausible(ev)
+            if leap:
+                if OWNER_KIND.get(ev["event_type"]) == self.kind:
+                    out.refused.append((ev, leap))
                 continue
             introduced = self.table.apply(ev)
             # the entity just heard from is forgotten at t + expiry unless heard from again
@@ -151,6 +166,13 @@ class KeyEngine:
             out.deadline = first if out.deadline is None else min(out.deadline, first)
         self._report(out, horizon)
         return out
+
+    def _forget(self, now: int, out: StepResult) -> None:
+        """A cluster_reset (epochwatch reset-cluster): an operator says the key's state is wrong
+        (e.g. what forged events left). Everything known is dropped; the open alerts resolve now,
+        as the rules no longer find their conditions; later events start afresh."""
+        self.table = TABLES[self.kind](self.cluster_id, self.settings)
+        self._evaluate(now, out)
 
     def _evaluate(self, now: int, out: StepResult) -> None:
         table = self.table

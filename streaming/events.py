@@ -27,12 +27,15 @@ INPUT_EVENT_TYPES = (
     "client_rebootstrap",
     "connection_attempt",
     "offset_commit",
+    "cluster_reset",  # a control record: epochwatch reset-cluster
 )
 OUTPUT_EVENT_TYPES = ("alert",)
 EVENT_TYPES = INPUT_EVENT_TYPES + OUTPUT_EVENT_TYPES
 
 BROKER_STATES = ("INITIAL", "INACTIVE", "ACTIVE", "STOPPING")
 TIMESTAMP_FIELDS = ("event_time", "starts_at", "ends_at")
+
+CLUSTER_RESET = "cluster_reset"
 
 # Kafka error codes the rules look at (org.apache.kafka.common.protocol.Errors).
 STALE_BROKER_EPOCH = 77

@@ -25,10 +25,11 @@ def kafka_events(spark, settings: Settings, starting_offsets: str | None = None)
 RECORDS_PER_SOURCE_TASK = 50_000
 
 
-def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None):
+def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None, time_mode: str = PROCESSING_TIME):
     """The events topic as packs (streaming.packs), routed and packed in the source: what the
     job reads. Progress then counts packs as input rows; streaming.metrics.input_records counts
-    the records."""
+    the records. Implausible event times are judged by the wall clock in processing time, by the
+    batches' own times in event time (streaming.plausible)."""
     rules = settings.rules
     return (_kafka_reader(spark, settings, starting_offsets).option("output", "packs")
             # Undecodable records go to the dead-letter topic from the task that read them: their
@@ -36,6 +37,9 @@ def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None):
             .option("deadLetterTopic", settings.kafka.dlq_topic)
             .option("packs.clientShards", str(rules.client_shards))
             .option("packs.maxFutureMs", str(rules.max_future_ms))
+            .option("packs.maxPastMs", str(rules.max_past_ms))
+            .option("packs.maxEpoch", str(rules.max_epoch))
+            .option("packs.clock", "wall" if time_mode == PROCESSING_TIME else "events")
             # a live batch is read in one task per core, not one per Kafka partition: each task
             # costs ~50-100 ms whatever it reads (bench/RESULTS.md, live latency, session 9)
             .option("recordsPerTask", str(RECORDS_PER_SOURCE_TASK))
@@ -194,7 +198,7 @@ def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time
     if given; the caller owns the sinks' lifecycle (Dispatcher.close). Pass a Dispatcher to know
     when a micro-batch is running (Dispatcher.idle)."""
     output = (detect(events_df, settings.rules, time_mode) if events_df is not None
-              else detect_packs(kafka_packs(spark, settings), settings.rules, time_mode))
+              else detect_packs(kafka_packs(spark, settings, time_mode=time_mode), settings.rules, time_mode))
     writer = (output.writeStream
               .foreachBatch(sinks if isinstance(sinks, Dispatcher) else Dispatcher(list(sinks)))
               .option("checkpointLocation", settings.checkpoint_location)

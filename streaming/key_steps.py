@@ -21,10 +21,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming import column_passes
+from streaming import column_passes, plausible
 from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
 from streaming.engine import KeyEngine
+from streaming.events import CLUSTER_RESET
 from streaming.packs import from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
 from streaming.rules import records
 
@@ -182,7 +183,13 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
     kind = request.kind
     _, offset, _, _ = request.meta or NO_META
     table = read_packs(*request.packs)
-    newest = pc.max(table.column("event_time")).as_py() if table is not None else None
+    newest = None
+    if table is not None:
+        # Only events past the key's horizon say how far its events trail the clock: one from
+        # years ago (forged, or a stray late record) would push the key's timers years out, and
+        # a cluster going silent after it would never be noticed.
+        times = table.column("event_time")
+        newest = pc.max(pc.filter(times, pc.greater(times, engine.horizon))).as_py()
     if request.event_time_mode:
         horizon = request.watermark_ms
         if request.clock_ms is not None:
@@ -196,11 +203,15 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
             offset = max(now - newest, 0)
         horizon = now - offset
     # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
-    skip = functools.partial(column_passes.repeated_serves, engine) if kind == "brokers" else None
+    # the passes read the state before the step: a reset (epochwatch reset-cluster) changes it
+    plain = not (_has_reset(table) or _has_reset(stored.waiting))
+    skip = functools.partial(column_passes.repeated_serves, engine) if kind == "brokers" and plain else None
     ready, waiting = ready_and_waiting(stored.waiting, table, max(horizon, engine.horizon), skip)
     # None: the engine runs its own pass on the dicts too
     applied = None
-    if kind == "brokers" and ready is not None and pc.min(ready.column("event_time")).as_py() >= engine.horizon:
+    if not plain:
+        pass
+    elif kind == "brokers" and ready is not None and pc.min(ready.column("event_time")).as_py() >= engine.horizon:
         # No late event: the pass above saw them all (it leaves late serves to the engine's
         # pass, which counts them first). A serve the engine's pass might still find changes
         # nothing whether it is skipped or applied.
@@ -239,6 +250,10 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         meta=(engine.horizon, offset, wanted, generation))
     engines.keep(request.cache_key, generation, engine, Stored(alerts, waiting, row_values))
     return out
+
+
+def _has_reset(table: pa.Table | None) -> bool:
+    return table is not None and pc.any(pc.equal(table.column("event_type"), CLUSTER_RESET)).as_py() is True
 
 
 def _row_values(cls, table: dict, before: dict | None, touched: set) -> dict:
@@ -293,9 +308,11 @@ def _output_rows(cluster_id: str, now: int, result) -> list[dict]:
                      "payload": orjson.dumps(result.status).decode()})
     rows += [{"kind": "summary", "cluster_id": cluster_id, "event_time": now, "payload": json_text(s)}
              for s in result.summaries]
-    for ev, reason in result.invalid:
+    refusals = [("invalid_event", ev, why) for ev, why in result.invalid]
+    refusals += [(plausible.JUMP, ev, why) for ev, why in result.refused]
+    for reason, ev, why in refusals:
         rows.append({"kind": DEAD_LETTER_KIND, "cluster_id": cluster_id, "event_time": ev["event_time"],
-                     "payload": json_text({"reason": "invalid_event", "detail": reason, **coordinates(ev)}),
+                     "payload": json_text({"reason": reason, "detail": why, **coordinates(ev)}),
                      "raw_value": json_text(event_fields(ev)).encode()})
     return rows
 

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
+from streaming.plausible import Limits
 from streaming.routing import SERVED_EPOCH_FIELDS, route_batch
 
 KEY_COLUMNS = ("cluster_id", "kind", "shard")
@@ -57,7 +58,7 @@ _NOT_PACKED = frozenset({"kind", "shard", "event_time", "event_ms"})
 PACK_ROWS = 100_000  # input rows gathered before packing: fewer, fuller packs per key
 
 
-def route_and_pack(client_shards: int, max_future_ms: int,
+def route_and_pack(client_shards: int, limits: Limits,
                    pack_rows: int = PACK_ROWS) -> Callable[[Iterable], Iterator[pa.RecordBatch]]:
     """The ``DataFrame.mapInArrow`` function: decoded event rows in, one pack per state key out.
 
@@ -74,17 +75,17 @@ def route_and_pack(client_shards: int, max_future_ms: int,
                 gathered.append(batch)
                 rows += batch.num_rows
             if rows >= pack_rows:
-                yield _route_and_pack(gathered, client_shards, max_future_ms)
+                yield _route_and_pack(gathered, client_shards, limits)
                 gathered, rows = [], 0
         if gathered:
-            yield _route_and_pack(gathered, client_shards, max_future_ms)
+            yield _route_and_pack(gathered, client_shards, limits)
 
     return run
 
 
-def _route_and_pack(batches: list[pa.RecordBatch], client_shards: int, max_future_ms: int) -> pa.RecordBatch:
+def _route_and_pack(batches: list[pa.RecordBatch], client_shards: int, limits: Limits) -> pa.RecordBatch:
     records = pa.Table.from_batches(batches)
-    return pack(route_batch(records, client_shards, max_future_ms, int(time.time() * 1000)), records.num_rows)
+    return pack(route_batch(records, client_shards, limits, int(time.time() * 1000)), records.num_rows)
 
 
 def pack(table: pa.Table, records: int = 0) -> pa.RecordBatch:

@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from streaming.config import ConfigError, RuleSettings
 from streaming.packs import CLOCK_KIND, INPUT_METRIC, KEY_COLUMNS, PACK_SCHEMA, route_and_pack
+from streaming.plausible import Limits
 from streaming.processor import EpochwatchProcessor, EpochwatchRowProcessor
 from streaming.state_schema import OUTPUT_SCHEMA
 from udfs.event_columns import DEAD_LETTER_COLUMNS, KAFKA_COLUMNS, decoded_column_names
@@ -22,16 +23,18 @@ ENGINE_HOSTS_CONF = "spark.epochwatch.engineHosts"
 def detect(events: DataFrame, rules: RuleSettings, time_mode: str, api: str = "pandas") -> DataFrame:
     """Decoded event rows in, output rows out. ``api``: "pandas" (transformWithStateInPandas, the
     default: measured faster, see bench/RESULTS.md) or "row" (transformWithState)."""
-    return detect_packs(pack_events(events, rules), rules, time_mode, api)
+    return detect_packs(pack_events(events, rules, time_mode), rules, time_mode, api)
 
 
-def pack_events(events: DataFrame, rules: RuleSettings) -> DataFrame:
+def pack_events(events: DataFrame, rules: RuleSettings, time_mode: str = EVENT_TIME) -> DataFrame:
     """Decoded event rows -> packs (streaming.packs). The Kafka source can pack itself
     (``output=packs``, streaming.job.kafka_packs), which saves a round trip of every event
-    through a Spark row."""
+    through a Spark row. In event time (replay) the batches' own times are the clock that
+    implausible times are judged by, never the wall clock: a recording may be of any date."""
     columns = [*decoded_column_names(), *KAFKA_COLUMNS, *DEAD_LETTER_COLUMNS]
     present = [c for c in dict.fromkeys(columns) if c in events.columns]
-    return events.select(*present).mapInArrow(route_and_pack(rules.client_shards, rules.max_future_ms), PACK_SCHEMA)
+    limits = Limits.of(rules, wall_clock=time_mode == PROCESSING_TIME)
+    return events.select(*present).mapInArrow(route_and_pack(rules.client_shards, limits), PACK_SCHEMA)
 
 
 def detect_packs(packs: DataFrame, rules: RuleSettings, time_mode: str, api: str = "pandas") -> DataFrame:

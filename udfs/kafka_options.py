@@ -126,8 +126,9 @@ SOURCE_OPTIONS = (
     "subscribe", "subscribePattern", "assign", "startingOffsets", "maxOffsetsPerTrigger",
     "minPartitions", "recordsPerTask", "failOnDataLoss", "decode", "deadLetterTopic", "kafkaConsumer.pollTimeoutMs",
     "arrowBatchSize", "fetchOffset.retryIntervalMs", "fetchOffset.timeoutMs", MAX_WAIT_OPTION,
-    "output", "packs.clientShards", "packs.maxFutureMs",
+    "output", "packs.clientShards", "packs.maxFutureMs", "packs.maxPastMs", "packs.maxEpoch", "packs.clock",
 )
+PACK_CLOCKS = ("wall", "events")
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,9 @@ class SourceOptions:
     output: str = "events"
     pack_client_shards: int = 16
     pack_max_future_ms: int = 300_000
+    pack_max_past_ms: int = 604_800_000
+    pack_max_epoch: int = 2**53
+    pack_clock: str = "wall"
 
     @property
     def decoded(self) -> bool:
@@ -210,6 +214,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     if output == "packs" and not decode.startswith("avro"):
         raise OptionError("output", "packs are made of decoded events",
                           "set decode=avro or decode=avro-schemaless, or leave output at events")
+    pack_clock = lowered.get("packs.clock", "wall").strip().lower()
+    if pack_clock not in PACK_CLOCKS:
+        raise OptionError("packs.clock", f"{pack_clock!r} is not supported",
+                          "wall (event times judged by the wall clock) or events (by the batch's own times)")
     return SourceOptions(
         client=client_settings(options, _SOURCE_OWNED_KAFKA_SETTINGS),
         subscribe=subscribe,
@@ -230,6 +238,9 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         output=output,
         pack_client_shards=positive_int(options, "packs.clientShards", 16),
         pack_max_future_ms=positive_int(options, "packs.maxFutureMs", 300_000),
+        pack_max_past_ms=positive_int(options, "packs.maxPastMs", 604_800_000),
+        pack_max_epoch=positive_int(options, "packs.maxEpoch", 2**53),
+        pack_clock=pack_clock,
     )
 
 

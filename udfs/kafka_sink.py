@@ -45,6 +45,8 @@ def event_key(event: Mapping[str, Any]) -> str:
         entity = f"broker-{event['broker_id']}"
     elif event_type == "offset_commit":
         entity = f"group-{event['group_id']}"
+    elif event_type == "cluster_reset":
+        entity = "cluster"
     else:
         entity = f"client-{event['client_id']}"
     return f"{event['cluster_id']}/{entity}"

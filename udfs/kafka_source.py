@@ -23,6 +23,11 @@ Options follow Spark's Kafka connector (which needs a jar this deployment cannot
     packs.clientShards        with output=packs: client and consumer-group shards (default 16)
     packs.maxFutureMs         with output=packs: events further ahead of the clock are dead letters
                               (default 300000)
+    packs.maxPastMs           with output=packs: events further behind it too (default 604800000)
+    packs.maxEpoch            with output=packs: incarnations and metadata epochs above it too
+                              (default 2^53; streaming.plausible)
+    packs.clock               with output=packs: wall (default: event times are judged by the wall
+                              clock) or events (by the batch's own times: event-time runs)
     kafkaConsumer.pollTimeoutMs   executors: how long one read waits for a record before it
                               checks the time spent waiting against brokerUnavailable.maxWaitMs
                               (default 120000)
@@ -219,9 +224,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         if options.output == "packs":
             from streaming.packs import route_and_pack
+            from streaming.plausible import Limits
 
+            limits = Limits(options.pack_max_future_ms, options.pack_max_past_ms, options.pack_max_epoch,
+                            wall_clock=options.pack_clock == "wall")
             # one packing pass over all the task's ranges: fewer, fuller packs to shuffle
-            yield from route_and_pack(options.pack_client_shards, options.pack_max_future_ms)(decoded())
+            yield from route_and_pack(options.pack_client_shards, limits)(decoded())
         else:
             yield from decoded()
 

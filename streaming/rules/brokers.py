@@ -16,7 +16,7 @@ from streaming import events
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
 from streaming.rules import served_runs
-from streaming.rules.records import NO_TIME, STATES, BrokerRecord, ClusterRecord, expire, first_after, utc
+from streaming.rules.records import NO_TIME, STATES, BrokerRecord, ClusterRecord, expire, first_after, jumps, utc
 
 # A controller answer that means "you are an old incarnation" (KIP-343 / KRaft).
 REGRESSION_ERRORS = frozenset({events.INVALID_INCARNATION_ID, events.STALE_BROKER_EPOCH,
@@ -59,6 +59,25 @@ class BrokerFleet:
         if kind == "metadata_update":  # other brokers may have just fallen behind
             times.append(event["event_time"] + self.settings.metadata_lag_grace_ms)
         return first_after(times, event["event_time"])
+
+    def implausible(self, ev: dict) -> str | None:
+        """Why a heartbeat or metadata update leaps too far past what the fleet holds
+        (streaming.plausible): applied, it would make every later real one look old."""
+        kind, s, c = ev["event_type"], self.settings, self.cluster
+        if kind not in ("broker_heartbeat", "metadata_update"):
+            return None  # a served epoch is the broker's latest answer, not a high-water mark
+        if jumps(ev["controller_epoch"], c.controller_epoch, s.max_controller_epoch_jump):
+            return (f"controller_epoch {ev['controller_epoch']} leaps more than rules.event.max.controller.epoch.jump="
+                    f"{s.max_controller_epoch_jump} past {c.controller_epoch}")
+        if kind == "broker_heartbeat":
+            b = self.brokers.get(ev["broker_id"])
+            if b is not None and jumps(ev["incarnation_id"], b.incarnation_id, s.max_epoch_jump):
+                return (f"incarnation_id {ev['incarnation_id']} leaps more than rules.event.max.epoch.jump="
+                        f"{s.max_epoch_jump} past {b.incarnation_id}")
+        elif jumps(ev["metadata_epoch"], c.newest_epoch, s.max_epoch_jump):
+            return (f"metadata_epoch {ev['metadata_epoch']} leaps more than rules.event.max.epoch.jump="
+                    f"{s.max_epoch_jump} past the cluster's {c.newest_epoch}")
+        return None
 
     def broker(self, broker_id: int) -> BrokerRecord:
         b = self.brokers.get(broker_id)
@@ -171,7 +190,8 @@ class BrokerFleet:
         return served_runs.repeated_serves(
             **columns, newest_epoch=self.cluster.newest_epoch, controller=self.cluster.controller_epoch,
             last_served={bid: b.last_served_ms for bid, b in self.brokers.items() if b.last_served_ms != NO_TIME},
-            grace_ms=self.settings.metadata_lag_grace_ms)
+            grace_ms=self.settings.metadata_lag_grace_ms, max_epoch_jump=self.settings.max_epoch_jump,
+            max_controller_epoch_jump=self.settings.max_controller_epoch_jump)
 
     def on_served_epoch(self, ev: dict) -> None:
         epoch = ev["metadata_epoch"]

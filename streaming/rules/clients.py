@@ -11,7 +11,7 @@ import numpy as np
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
 from streaming.rules.quiet_responses import QuietRuns, quiet_runs
-from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, utc
+from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, jumps, utc
 
 
 @dataclass
@@ -30,6 +30,16 @@ class ClientShard:
             c = self.clients[client_id] = ClientRecord(client_id)
         self.touched.add(client_id)
         return c
+
+    def implausible(self, ev: dict) -> str | None:
+        """Why a response's epoch leaps too far past the client's accepted one (streaming.plausible):
+        accepted, it would make every later real answer look stale."""
+        c = self.clients.get(ev["client_id"])
+        limit = self.settings.max_epoch_jump
+        if ev["event_type"] == "metadata_response" and c is not None and jumps(ev["metadata_epoch"], c.accepted_epoch, limit):
+            return (f"metadata_epoch {ev['metadata_epoch']} leaps more than rules.event.max.epoch.jump={limit} "
+                    f"past the client's {c.accepted_epoch}")
+        return None
 
     def apply(self, ev: dict) -> int | None:
         """Apply one event; returns the earliest deadline it may have introduced."""
@@ -58,7 +68,8 @@ class ClientShard:
                               floor: int) -> np.ndarray:
         """Apply the quiet runs of a step's events, given as columns (response_columns, or the
         processor's from Arrow: streaming.column_passes); a mask of the events applied."""
-        runs = quiet_runs(**columns, floor=floor, expiry_ms=self.settings.entity_expiry_ms)
+        runs = quiet_runs(**columns, floor=floor, expiry_ms=self.settings.entity_expiry_ms,
+                          max_jump=self.settings.max_epoch_jump)
         return np.isin(columns["client"], self.apply_quiet_runs(runs, client_ids, cluster_ids))
 
     def apply_quiet_runs(self, runs: QuietRuns, client_ids: list[str], cluster_ids: list[str]) -> np.ndarray:
@@ -74,6 +85,7 @@ class ClientShard:
             c = self.clients.get(client_id)
             if c is not None and (c.first_failure_ms != NO_TIME or c.stale_broker_ids or c.mismatch_since_ms != NO_TIME
                                   or first_epoch < c.accepted_epoch
+                                  or jumps(first_epoch, c.accepted_epoch, self.settings.max_epoch_jump)
                                   or (c.last_event_ms != NO_TIME and last - c.last_event_ms >= expiry)
                                   or (cluster_id and c.known_cluster_id and cluster_id != c.known_cluster_id)):
                 continue

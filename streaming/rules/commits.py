@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
-from streaming.rules.records import NO_TIME, CommitRecord, expire
+from streaming.rules.records import NO_TIME, CommitRecord, expire, jumps
 
 
 @dataclass
@@ -17,6 +17,16 @@ class CommitShard:
     commits: dict[tuple[str, str, int], CommitRecord] = field(default_factory=dict)
     touched: set[tuple[str, str, int]] = field(default_factory=set)
     dirty: bool = False
+
+    def implausible(self, ev: dict) -> str | None:
+        """Why a commit's epoch leaps too far past the partition's (streaming.plausible): kept as
+        the high-water mark, it would make every later real commit a regression."""
+        r = self.commits.get((ev["group_id"], ev["topic"], ev["partition"]))
+        limit = self.settings.max_epoch_jump
+        if r is not None and jumps(ev["metadata_epoch"], r.metadata_epoch, limit):
+            return (f"metadata_epoch {ev['metadata_epoch']} leaps more than rules.event.max.epoch.jump={limit} "
+                    f"past the partition's {r.metadata_epoch}")
+        return None
 
     def apply(self, ev: dict) -> int | None:
         key = (ev["group_id"], ev["topic"], ev["partition"])

@@ -49,6 +49,10 @@ class NodeTable:
         self.touched.add(node_id)
         return n
 
+    def implausible(self, ev: dict) -> str | None:
+        """Nothing a node's events carry is a high-water mark (streaming.plausible)."""
+        return None
+
     def apply(self, ev: dict) -> int | None:
         """Apply one event; returns the earliest deadline it may have introduced."""
         kind, t = ev["event_type"], ev["event_time"]

@@ -7,8 +7,8 @@ responses in between, so such a run can be applied at once, as its last response
 (ClientShard.apply_quiet_runs), provided that
 
 - every event of the client in the step is one (a failure, a rebootstrap or an error in between
-  would need the order), none is late (older than the key's horizon), the epochs never go down and
-  every cluster id they carry is the same;
+  would need the order), none is late (older than the key's horizon), the epochs never go down nor
+  leap (rules.event.max.epoch.jump) and every cluster id they carry is the same;
 - they span less than the entity expiry, so the engine cannot forget the client in between;
 - the client has no failure, stale incident or cluster-id mismatch open (checked against its
   record, with the run's first epoch and cluster id: ClientShard.apply_quiet_runs).
@@ -38,12 +38,14 @@ class QuietRuns:
 
 def quiet_runs(response: np.ndarray, client: np.ndarray, time: np.ndarray, epoch: np.ndarray,
                error: np.ndarray, broker_count: np.ndarray, cluster: np.ndarray, usable: np.ndarray,
-               floor: int, expiry_ms: int) -> QuietRuns:
+               floor: int, expiry_ms: int, max_jump: int) -> QuietRuns:
     """Events in the order the engine applies them. ``response``: a metadata_response;
     ``client``: a code per client id, -1 where empty; ``error`` 0 and ``broker_count`` 0 where
     missing; ``cluster``: a code per response cluster id, -1 where none or empty; ``usable``:
     cluster id and broker id are set (with ``time`` >= 0, what the engine's validity checks ask of
-    a response); ``floor``: the key's horizon before the step (older events are late)."""
+    a response); ``floor``: the key's horizon before the step (older events are late);
+    ``max_jump``: an epoch leaping further past the one before it is left to the engine, which
+    refuses it (ClientShard.implausible)."""
     rows = np.flatnonzero(client >= 0)
     rows = rows[np.argsort(client[rows], kind="stable")]  # each client's events, in step order
     if not len(rows):
@@ -54,7 +56,7 @@ def quiet_runs(response: np.ndarray, client: np.ndarray, time: np.ndarray, epoch
     starts = np.flatnonzero(np.r_[True, ~same_client])
     ends = np.r_[starts[1:], len(rows)] - 1
     spoiled = ~quiet
-    spoiled[1:] |= same_client & (e[1:] < e[:-1])
+    spoiled[1:] |= same_client & ((e[1:] < e[:-1]) | (e[1:] - e[:-1] > max_jump))
     spoiled = np.logical_or.reduceat(spoiled, starts)
     cluster_max = np.maximum.reduceat(r, starts)
     cluster_min = np.minimum.reduceat(np.where(r < 0, np.iinfo(r.dtype).max, r), starts)

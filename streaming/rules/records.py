@@ -144,3 +144,10 @@ def utc(ms: int) -> str:
         return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
     except (OverflowError, OSError, ValueError):  # outside what a calendar date can say
         return f"{ms} ms since 1970"
+
+
+def jumps(new: int, last: int, limit: int) -> bool:
+    """``new`` leaps more than ``limit`` past ``last`` (a known value: -1 is none). A value that
+    leaps so far is refused (streaming.plausible): kept as a high-water mark, it would make
+    every later real value look old."""
+    return last >= 0 and new - last > limit

@@ -35,7 +35,7 @@ KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES, start=1)}
 def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, error: np.ndarray,
                     time: np.ndarray, controller_epoch: np.ndarray, controller_id: np.ndarray, named: np.ndarray,
                     has_client: np.ndarray, newest_epoch: int, controller: int, last_served: dict[int, int],
-                    grace_ms: int) -> np.ndarray:
+                    grace_ms: int, max_epoch_jump: int, max_controller_epoch_jump: int) -> np.ndarray:
     """A mask of the events to skip, for events in the order the engine applies them.
 
     ``kind``: KIND_CODES; ``broker``, ``controller_epoch`` and ``controller_id`` -1, ``epoch`` -2
@@ -44,11 +44,13 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
     response); ``newest_epoch`` and ``controller``: the cluster's newest metadata epoch and
     controller epoch before the step (updates above the newest may raise it, and end every run);
     ``last_served``: each broker's ``last_served_ms`` before the step (a serve older than that
-    cannot anchor a run)."""
+    cannot anchor a run). A step with an update the engine refuses as a leap (BrokerFleet.
+    implausible; the ``max_*_jump`` limits) skips nothing: the runs below assume it applied."""
     n = len(kind)
     skip = np.zeros(n, dtype=bool)
     half = grace_ms // 2
-    if n < 3 or half < 1:
+    if n < 3 or half < 1 or _leaps(kind, epoch, controller_epoch, newest_epoch, controller, max_epoch_jump,
+                                   max_controller_epoch_jump):
         return skip
     serve = (kind == RESPONSE) & (epoch >= 0) & (error == 0) & (broker >= 0) & (time >= 0) & named & has_client
     codes, ids = _broker_codes(broker)
@@ -85,6 +87,21 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
     inside = linked[:-1] & linked[1:] & same_bucket_before & same_bucket_after
     skip[rows[inside]] = True
     return skip
+
+
+def _leaps(kind: np.ndarray, epoch: np.ndarray, controller_epoch: np.ndarray, newest_epoch: int, controller: int,
+           max_epoch_jump: int, max_controller_epoch_jump: int) -> bool:
+    """Whether an update leaps past every epoch before it (the step's and the cluster's) by more
+    than the limit, or a heartbeat or update leaps so past every controller epoch: the first such
+    event is found exactly (all before it are plausible), which is all that matters here."""
+    update = kind == UPDATE
+    controlled = update | (kind == HEARTBEAT)
+    before = np.maximum(newest_epoch, np.r_[-1, np.maximum.accumulate(np.where(update, epoch, -1))[:-1]])
+    if (update & (before >= 0) & (epoch - before > max_epoch_jump)).any():
+        return True
+    seen = np.r_[-1, np.maximum.accumulate(np.where(controlled, controller_epoch, -1))[:-1]]
+    before = np.maximum(controller, seen)
+    return bool((controlled & (before >= 0) & (controller_epoch - before > max_controller_epoch_jump)).any())
 
 
 def _broker_codes(broker: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

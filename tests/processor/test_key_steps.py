@@ -13,7 +13,7 @@ from streaming.key_steps import JSON_TABLES, EngineCache, KeySteps, StepOutput, 
 from streaming.routing import routes
 from streaming.simulate import run_scenario
 from tests.processor.key_feed import packed
-from tests.unit.rules.builders import response
+from tests.unit.rules.builders import hb, response
 
 BATCH = 150  # events per micro-batch: several steps per key, events waiting in the buffer
 
@@ -109,3 +109,27 @@ def test_engines_not_stepped_for_a_while_are_dropped():
     cache.keep(("b",), 2, object(), object())
     assert cache.drop_unused(idle_ms=100_000) == 1 and len(cache) == 1
     assert cache.take(("a",), 1) is None and cache.take(("b",), 2) is not None
+
+
+def test_a_late_event_from_years_ago_does_not_push_a_live_keys_timer_out():
+    """Why (issue #22): in processing time a key's timers wait for how far its newest events trail
+    the clock; one record dated 1990, alone in a micro-batch, made that decades, and a cluster
+    that went silent after it was never reported. Only events past the key's horizon count."""
+    rules = RuleSettings()
+    key = ("c1", "brokers", 0)
+    now = 1_795_000_000_000
+    steps = KeySteps()
+
+    def live(packs, meta, at):
+        cluster_id, kind, shard = key
+        req = StepRequest(rules, cluster_id, kind, shard, tuple(packs), meta, False, 0, at, None, query="q")
+        return steps.step(req) or steps.step(req, empty_state(kind))
+
+    beat = hb(now - 1_000, 1)
+    beat["cluster_id"] = "c1"
+    first = live(packed([beat], key), None, now)
+    assert first.timer_ms == now - 1_000 + rules.controller_heartbeat_timeout_ms + 1_000  # deadline + offset
+    forged = hb(631_152_000_000, 1)  # 1990-01-01
+    forged["cluster_id"] = "c1"
+    second = live(packed([forged], key), first.meta, now + 500)
+    assert second.timer_ms == first.timer_ms, "the key still wakes when broker 1's timeout is due"

@@ -25,6 +25,14 @@ BAD = [
     ({"alerting.url": "x"}, "alerting", "one of", "8-unknown section"),
     ({"kafka.maxOffsetsPerTrigger": 0}, "kafka.maxOffsetsPerTrigger", "null for no cap",
      "9-a batch cap of 0 would have meant no cap at all"),
+    ({"rules.event.max.epoch.jump": 0}, "rules.event.max.epoch.jump", "default (1099511627776)",
+     "10-a jump limit of 0 would refuse every new epoch"),
+    ({"rules.event.max.epoch.jump": 2**60}, "rules.event.max.epoch.jump", "above event.max.epoch",
+     "11-a jump larger than the largest epoch allowed means nothing"),
+    ({"rules.event.max.past.ms": 1000}, "rules.event.max.past.ms", "late, not implausible",
+     "12-events within the allowed lateness must not be refused as too old"),
+    ({"rules.event.max.controller.epoch.jump": 0}, "rules.event.max.controller.epoch.jump", "above 0",
+     "13-no controller failover could ever be accepted"),
 ]
 
 

@@ -8,8 +8,11 @@ import pyarrow as pa
 
 from streaming.packs import (CLOCK_KIND, PACK_SCHEMA, from_ipc_chunks, pack, ready_and_waiting, route_and_pack,
                              to_ipc_chunks, unpack)
+from streaming.plausible import Limits
 
 T0 = 1_700_000_000_000
+# the batch's own times as its clock: T0 is years behind the wall clock
+EVENT_TIME_LIMITS = Limits(wall_clock=False)
 
 
 def routed(kind, shard, t, cluster="c1", **fields):
@@ -99,7 +102,7 @@ def test_map_in_arrow_function_routes_packs_skips_empty_batches_and_matches_the_
 
     evs = [dict(hb(1, 1), event_time=T0 + 1), dict(response(2, "a", 1, 5), event_time=T0 + 2)]
     batch = rows_to_batch(evs)
-    out = list(route_and_pack(16, 300_000)([batch.slice(0, 0), batch]))
+    out = list(route_and_pack(16, EVENT_TIME_LIMITS)([batch.slice(0, 0), batch]))
     assert len(out) == 1
     assert out[0].schema.names == PACK_SCHEMA.names
     packs = out[0].to_pylist()
@@ -121,7 +124,7 @@ def test_a_batch_of_only_dead_letters_is_counted_by_a_clock_row_without_time():
                                                         ("group_id", pa.string()), ("kafka_partition", pa.int32()),
                                                         ("dlq_reason", pa.string()), ("dlq_detail", pa.string()),
                                                         ("raw_value", pa.binary())]))
-    (out,) = list(route_and_pack(16, 300_000)([dead]))
+    (out,) = list(route_and_pack(16, EVENT_TIME_LIMITS)([dead]))
     clock = [p for p in out.to_pylist() if p["kind"] == CLOCK_KIND]
     assert [(c["events"], c["event_time"], c["clock_ms"]) for c in clock] == [(3, None, None)]
     assert sum(p["events"] for p in out.to_pylist() if p["kind"] == "dead_letter") == 3
@@ -146,9 +149,9 @@ def test_map_in_arrow_function_gathers_small_input_batches_into_one_pack_per_key
     from tests.unit.rules.builders import hb
 
     batches = [rows_to_batch([dict(hb(1, 1), event_time=T0 + i)]) for i in range(5)]
-    (gathered,) = list(route_and_pack(16, 300_000)(iter(batches)))
+    (gathered,) = list(route_and_pack(16, EVENT_TIME_LIMITS)(iter(batches)))
     assert [(p["kind"], p["events"]) for p in gathered.to_pylist()] == [("brokers", 5), (CLOCK_KIND, 5)]
-    bounded = list(route_and_pack(16, 300_000, pack_rows=2)(iter(batches)))
+    bounded = list(route_and_pack(16, EVENT_TIME_LIMITS, pack_rows=2)(iter(batches)))
     assert [sum(p["events"] for p in out.to_pylist() if p["kind"] == "brokers") for out in bounded] == [2, 2, 1]
 
 

@@ -2,9 +2,10 @@
 
 import pyarrow as pa
 
+from streaming.plausible import Limits
 from streaming.replay import rows_to_batch
 from streaming.routing import OWNER_KIND, route_batch, routes
-from tests.unit.rules.builders import attempt, commit, failed, hb, rebootstrap, response, update
+from tests.unit.rules.builders import attempt, commit, failed, hb, rebootstrap, reset, response, update
 
 T0 = 1_700_000_000_000
 NOW = T0 + 60_000
@@ -14,14 +15,14 @@ def _events():
     evs = [hb(1, 1), update(2, 1, 5), response(3, "client-a", 1, 5), response(4, "client-b", 2, -1),
            response(5, "client-c", 9000, -1, error=129, brokers=0), failed(6, "client-d"),
            rebootstrap(7, "client-e"), attempt(8, "client-f", 3), commit(9, "group-g", 4),
-           response(10, "client-a", 2, 5, error=3)]
+           response(10, "client-a", 2, 5, error=3), reset(11)]
     for ev in evs:
         ev["event_time"] += T0
     return evs
 
 
 def routed(evs, now=NOW):
-    return route_batch(pa.Table.from_batches([rows_to_batch(evs)]), client_shards=16, max_future_ms=300_000, now_ms=now).to_pylist()
+    return route_batch(pa.Table.from_batches([rows_to_batch(evs)]), client_shards=16, limits=Limits(), now_ms=now).to_pylist()
 
 
 def test_arrow_routes_equal_pure_routes():
@@ -89,3 +90,14 @@ def test_far_future_too_old_and_undecodable_rows_become_dead_letters():
 def test_an_event_within_the_future_tolerance_is_routed():
     ev = dict(hb(1, 1), event_time=NOW + 299_000)
     assert [r["kind"] for r in routed([ev])] == ["brokers"]
+
+
+def test_a_reset_reaches_every_key_of_its_cluster():
+    """Why: epochwatch reset-cluster must make every key forget the cluster, whatever shard a
+    client or a group lives in; the rows stay in input order within each kind."""
+    evs = [dict(reset(0), event_time=T0), dict(response(1, "a", 1, 5), event_time=T0 + 1)]
+    rows = routed(evs)
+    clients = [(r["event_id"], r["shard"]) for r in rows if r["kind"] == "clients"]
+    assert clients[:16] == [(evs[0]["event_id"], s) for s in range(16)] and clients[16][0] == evs[1]["event_id"]
+    assert sorted(r["shard"] for r in rows if r["kind"] == "commits") == list(range(16))
+    assert [r["kind"] for r in rows if r["kind"] in ("brokers", "nodes")] == ["brokers", "brokers", "nodes"]

@@ -104,6 +104,7 @@ def sample_events(per_type: int = 3) -> list[dict]:
              "consecutive_failures": i},
             {**base(), "event_type": "offset_commit", "group_id": f"g-{i}", "topic": "orders", "partition": i,
              "offset": 123_456 + i, "metadata_epoch": 42},
+            {**base(), "event_type": "cluster_reset"},
         ]
     return [events.normalize(e) for e in out]
 

@@ -182,7 +182,7 @@ def test_packs_from_the_source_are_the_packs_of_its_decoded_rows(spark, bootstra
     rows in a second step; every state key must get exactly the same events, dead letters
     included, and the clock rows must count every record read."""
     from streaming.config import RuleSettings
-    from streaming.pipeline import pack_events
+    from streaming.pipeline import EVENT_TIME, pack_events
     from streaming.packs import PACK_SCHEMA
 
     topic = topic_factory(partitions=4)
@@ -190,11 +190,12 @@ def test_packs_from_the_source_are_the_packs_of_its_decoded_rows(spark, bootstra
     produce(bootstrap, topic, records, partitions=4)
     rules = RuleSettings()
     common = dict(subscribe=topic, startingOffsets="earliest", decode="avro")
+    # both judge event times by the batches' own times (the events are of a fixed date)
     packed = kafka_stream(spark, bootstrap, output="packs", packs__clientShards=rules.client_shards,
-                          packs__maxFutureMs=rules.max_future_ms, **common)
+                          packs__maxFutureMs=rules.max_future_ms, packs__clock="events", **common)
     assert packed.schema == PACK_SCHEMA
     from_source, _ = run_available_now(packed)
-    from_rows, _ = run_available_now(pack_events(kafka_stream(spark, bootstrap, **common), rules))
+    from_rows, _ = run_available_now(pack_events(kafka_stream(spark, bootstrap, **common), rules, EVENT_TIME))
     source_keys, source_records = _events_by_key([dict(zip(packed.columns, r)) for r in from_source.rows])
     row_keys, row_records = _events_by_key([dict(zip(packed.columns, r)) for r in from_rows.rows])
     assert source_keys == row_keys

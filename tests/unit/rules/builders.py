@@ -55,6 +55,11 @@ def commit(t, group, epoch, topic="orders", partition=0, offset=1):
                  metadata_epoch=epoch)
 
 
+def reset(t):
+    """epochwatch reset-cluster's control record."""
+    return _base("cluster_reset", t)
+
+
 def run(kind: str, events: list[dict], until: int, settings: RuleSettings | None = None, batch: int = 0):
     """Feed events through one key's engine (in batches of ``batch`` events, 0 = one step) and
     advance the horizon to ``until``; returns (alert records, engine)."""

@@ -49,7 +49,8 @@ def test_events_are_valid_unique_and_in_event_time_order(steady):
     ids = [e["event_id"] for e in steady]
     assert len(set(ids)) == len(ids) and ids[0] == "cluster-a-1-1"
     assert {e["event_type"] for e in steady} == set(events.INPUT_EVENT_TYPES) - {
-        "metadata_request_failed", "client_rebootstrap"}  # nothing fails in the steady state
+        "metadata_request_failed", "client_rebootstrap",  # nothing fails in the steady state
+        "cluster_reset"}  # an operator's control record, never telemetry
 
 
 def test_each_broker_heartbeats_every_interval_to_the_controller(steady):

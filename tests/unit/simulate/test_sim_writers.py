@@ -27,6 +27,7 @@ KEY_CASES = [
     (7, {**BASE, "event_type": "offset_commit", "group_id": "billing"}, "cluster-a/group-billing",
      "a group's commits stay in order"),
     (8, {**BASE, "event_type": "alert", "fingerprint": "ab12"}, "ab12", "alerts are keyed by their incident id"),
+    (9, {**BASE, "event_type": "cluster_reset"}, "cluster-a/cluster", "a reset is the whole cluster's"),
 ]
 
 
