@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from typing import Iterable
 
@@ -148,6 +149,14 @@ class ProgressListener(StreamingQueryListener):
     def __init__(self, metrics=None, emit=None):
         self.metrics = metrics
         self.emit = emit or log.info
+        self._last_batch = -1
+        self._progressed = threading.Condition()
+
+    def wait_for_batch(self, batch_id: int, timeout_s: float) -> bool:
+        """Wait until the progress of ``batch_id`` has been handled: Spark posts it to listeners
+        after the batch, so a query that just ended may not have told this one yet."""
+        with self._progressed:
+            return self._progressed.wait_for(lambda: self._last_batch >= batch_id, timeout_s)
 
     def onQueryStarted(self, event) -> None:
         self.emit(f"query {event.name or event.id} started")
@@ -160,12 +169,22 @@ class ProgressListener(StreamingQueryListener):
         ops = p.get("stateOperators") or [{}]
         from streaming.metrics import input_records, source_lag
 
+        from streaming.refusals import describe, everything_refused, refused_everything_message
+
         lag = sum(source_lag(s) or 0 for s in p.get("sources", []))
         late = self.metrics.late_in_batch(p["batchId"]) if self.metrics is not None else "?"
+        refused = self.metrics.refusals.in_batch(p["batchId"]) if self.metrics is not None else None
         records, in_rate, done_rate = input_records(p)
         self.emit(f"batch {p['batchId']}: {records} events, {in_rate:.0f} in/s, {done_rate:.0f} done/s, "
                   f"{p['durationMs'].get('triggerExecution', 0)} ms, lag {lag:.0f}, "
-                  f"state rows {ops[0].get('numRowsTotal', 0)}, late {late}")
+                  f"state rows {ops[0].get('numRowsTotal', 0)}, late {late}, "
+                  f"refused {'?' if refused is None else describe(refused)}")
+        if refused is not None and everything_refused(records, sum(refused.values())):
+            # loud, but the job goes on: a producer sending only garbage must not stop the monitor
+            log.error("batch %s: %s", p["batchId"], refused_everything_message(records, refused))
+        with self._progressed:
+            self._last_batch = max(self._last_batch, p["batchId"])
+            self._progressed.notify_all()
 
     def onQueryIdle(self, event) -> None:
         if self.metrics is not None:

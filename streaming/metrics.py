@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from streaming.events import BROKER_STATES
 from streaming.packs import INPUT_METRIC
+from streaming.refusals import Refusals
 
 DEFAULT_PORT = 9464
 BATCH_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
@@ -112,6 +113,8 @@ class Metrics:
         self._resolved: OrderedDict[str, None] = OrderedDict()
         self._alerts_lock = threading.Lock()
         self._late_by_batch: dict[int, int] = {}
+        self.refusals = Refusals()   # dead letters by reason, per batch and in total
+        self.records_read = 0
         self._server = None
 
     # --- serving -------------------------------------------------------------------------
@@ -137,6 +140,7 @@ class Metrics:
             return
         records, in_rate, done_rate = input_records(progress)
         self.input_events.inc(max(0, records))
+        self.records_read += max(0, records)
         self.input_rate.set(in_rate)
         self.processed_rate.set(done_rate)
         trigger_ms = (progress.get("durationMs") or {}).get("triggerExecution")
@@ -235,11 +239,7 @@ class Metrics:
                 self.observe_client_summary(summary["cluster_id"], summary["shard"], summary["stale_clients"],
                                             summary["overdue_clients"])
         self.observe_late(batch.batch_id, batch.late_events)
-        reasons: dict[str, int] = {}
-        for letter in batch.dead_letters:
-            reason = str(letter.get("reason") or "undecodable")
-            reasons[reason] = reasons.get(reason, 0) + 1
-        self.observe_dead_letters(reasons)
+        self.observe_dead_letters(self.refusals.write(batch))
 
     def close(self) -> None:
         """Dispatcher sink end: the job is stopping."""

@@ -13,7 +13,8 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable
 
@@ -24,6 +25,7 @@ from streaming import events
 from streaming.config import Settings
 from streaming.dispatch import Dispatcher, Sink
 from streaming.pipeline import EVENT_TIME, detect
+from streaming.refusals import Refusals
 from udfs.event_columns import arrow_schema, spark_schema
 
 _TIMESTAMP_COLUMNS = ("event_time", "kafka_timestamp")
@@ -39,6 +41,11 @@ class ReplayStats:
     batches: int = 0
     late_events: int = 0  # arrived after their key's horizon: applied late, counted
     seconds: float = 0.0
+    refused: Counter = field(default_factory=Counter)  # dead letters by reason, bad lines included
+
+    @property
+    def records(self) -> int:
+        return self.events + self.bad_lines
 
 
 def rows_to_batch(rows: list[dict]) -> pa.RecordBatch:
@@ -142,9 +149,10 @@ def replay(spark, settings: Settings, source: IO[str], name: str, sinks: list[Si
         staged.mkdir()
         stats = stage_jsonl(source, name, staged, chunk_events, progress)
         started = time.monotonic()
-        late = _LateCounter()
-        run_staged(spark, settings, staged, [*sinks, late], checkpoint or str(work / "checkpoint"))
+        late, refusals = _LateCounter(), Refusals()
+        run_staged(spark, settings, staged, [*sinks, late, refusals], checkpoint or str(work / "checkpoint"))
         stats.late_events = late.events
+        stats.refused = refusals.by_reason
         stats.seconds = time.monotonic() - started
         return stats
     finally:

@@ -41,8 +41,14 @@ def run(args) -> int:
         spark = build_session("epochwatch-replay", conf=settings.spark)
         stats = replay(spark, settings, src, args.input, [JsonLinesSink(out, transitions, dead)],
                        chunk_events=args.chunk_events, progress=None if args.quiet else print_progress)
+    from streaming.refusals import describe, everything_refused, refused_everything_message
+
     if not args.quiet:
         print(f"\nreplayed {stats.events:,} events in {stats.batches} batches ({stats.seconds:.1f} s); "
-              f"{stats.bad_lines} bad lines sent to dead letters; {stats.late_events} events came later than the "
-              f"allowed lateness (applied late, not dropped)", file=sys.stderr)
+              f"{stats.bad_lines} bad lines; refused {describe(stats.refused)}, sent to dead letters; "
+              f"{stats.late_events} events came later than the allowed lateness (applied late, not dropped)",
+              file=sys.stderr)
+    if everything_refused(stats.records, sum(stats.refused.values())):
+        print(f"epochwatch: {refused_everything_message(stats.records, stats.refused)}", file=sys.stderr)
+        return 1
     return 0

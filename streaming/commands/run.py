@@ -90,7 +90,8 @@ def run(args) -> int:
 
     spark = build_session("epochwatch", conf=settings.spark)
     sinks, metrics = build_sinks(settings, settings.sinks.console == "on")
-    spark.streams.addListener(ProgressListener(metrics))
+    listener = ProgressListener(metrics)
+    spark.streams.addListener(listener)
     dispatcher = Dispatcher(sinks)
     query = start(spark, settings, dispatcher, time_mode=EVENT_TIME if args.event_time else PROCESSING_TIME,
                   available_now=args.available_now)
@@ -109,5 +110,13 @@ def run(args) -> int:
         dispatcher.close()
     if query.exception():
         print(f"epochwatch: the query failed: {failure_text(query.exception())}", file=sys.stderr)
+        return 1
+    from streaming.refusals import everything_refused, refused_everything_message
+
+    if query.lastProgress is not None:  # the last batch's line (and its records) before judging the run
+        listener.wait_for_batch(query.lastProgress["batchId"], timeout_s=30)
+    if args.available_now and everything_refused(metrics.records_read, metrics.refusals.total):
+        print(f"epochwatch: {refused_everything_message(metrics.records_read, metrics.refusals.by_reason)}",
+              file=sys.stderr)
         return 1
     return 0

@@ -35,3 +35,50 @@ def test_replay_gives_the_single_process_alerts(spark, tmp_path, name):
     want = sorted((a["alertname"], a["fingerprint"], a["status"], a["event_time"])
                   for a in detect_all(events, rules, batch=chunk))
     assert got and got == want
+
+
+DAY = 86_400_000
+
+
+def shifted(events: list[dict], to_ms: int) -> list[dict]:
+    delta = to_ms - events[0]["event_time"]
+    return [{**ev, "event_time": ev["event_time"] + delta} for ev in events]
+
+
+def test_a_recording_dated_months_ahead_replays_as_it_would_today(spark, tmp_path):
+    """Reported (issue #22): a file dated two months ahead of the wall clock gave no alerts and
+    "0 bad lines": every event was refused as too far in the future against the wall clock,
+    silently. Replay runs on event time: the batches' own times are the clock."""
+    import time
+
+    result = run_scenario("partitioned_broker")
+    rules = result.truth.rule_settings()
+    settings = config.load()
+    settings = type(settings)(kafka=settings.kafka, rules=rules, sinks=settings.sinks)
+    events = shifted(result.events, int(time.time() * 1000) + 60 * DAY)
+    sink = MemorySink()
+    stats = replay(spark, settings, io.StringIO("".join(json.dumps(ev) + "\n" for ev in events)), "ahead", [sink],
+                   chunk_events=2000, checkpoint=str(tmp_path / "ckpt"))
+    assert sum(stats.refused.values()) == 0, stats.refused
+    got = sorted((a["alertname"], a["fingerprint"], a["status"], a["event_time"]) for a in sink.all("alerts"))
+    want = sorted((a["alertname"], a["fingerprint"], a["status"], a["event_time"])
+                  for a in detect_all(events, rules, batch=2000))
+    assert got and got == want
+
+
+def test_the_replay_command_reports_refusals_and_fails_when_it_refused_everything(spark, tmp_path, capsys):
+    """Why: a run that refused every event detected nothing; it must say so and exit non-zero,
+    not report success with "0 bad lines"."""
+    from streaming.cli import main
+    from tests.unit.rules.builders import hb
+
+    good = [hb(1_767_225_600_000 + i * 1000, 1) for i in range(20)]
+    forged = [hb(1_767_225_600_000 + i * 1000, 1, inc=2**63 - 1 - i) for i in range(20)]
+    for name, evs, code in (("some", good + forged[:1], 0), ("all", forged, 1)):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(ev) + "\n" for ev in evs) + "not json\n")
+        assert main(["replay", "--input", str(path), "--output", str(tmp_path / f"{name}-alerts.jsonl")]) == code
+        err = capsys.readouterr().err
+        assert "refused 2 (bad_json_line=1, implausible_value=1)" in err if name == "some" else \
+            "refused 21 (bad_json_line=1, implausible_value=20)" in err
+        assert ("every one of the 21 records read was refused" in err) == (code == 1)

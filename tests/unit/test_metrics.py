@@ -316,3 +316,35 @@ def test_write_takes_a_dispatcher_batch():
     m.batch_finished(1.0)
     m.close()
     assert value(m, "epochwatch_up") == 0
+
+
+def test_the_batch_line_says_what_was_refused_and_a_batch_of_nothing_else_is_an_error(caplog):
+    """Why (issue #22): a job that turns every record into a dead letter (a producer on another
+    encoding) detects nothing; its batch line said only how many events it read. It names the
+    refusals by reason now, and such a batch is an ERROR (the job goes on: a producer's garbage
+    must not stop it)."""
+    import json as _json
+    import logging
+
+    from streaming.dispatch import OutputBatch
+    from streaming.job import ProgressListener
+
+    m, lines = Metrics(), []
+    listener = ProgressListener(m, emit=lines.append)
+
+    class Event:
+        def __init__(self, batch_id, records):
+            self.progress = type("P", (), {"json": _json.dumps({
+                **PROGRESS, "batchId": batch_id, "numInputRows": 1,
+                "observedMetrics": {INPUT_METRIC: {"records": records}}})})()
+
+    m.write(OutputBatch(1, dead_letters=[{"reason": "bad_magic_byte"}, {"reason": "future_event_time"}]))
+    with caplog.at_level(logging.ERROR, logger="epochwatch"):
+        listener.onQueryProgress(Event(1, 5))
+        assert not caplog.records
+        m.write(OutputBatch(2, dead_letters=[{"reason": "bad_magic_byte"}] * 3))
+        listener.onQueryProgress(Event(2, 3))
+    assert lines[0].endswith("refused 2 (bad_magic_byte=1, future_event_time=1)")
+    assert lines[1].endswith("refused 3 (bad_magic_byte=3)")
+    assert "every one of the 3 records read was refused" in caplog.text
+    assert m.refusals.total == 5 and m.records_read == 8
