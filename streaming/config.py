@@ -17,6 +17,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from udfs.redact import redact, redacted_repr
+
 
 class ConfigError(ValueError):
     """A configuration problem: ``key`` is the dotted path, ``fix`` what to do."""
@@ -65,6 +67,9 @@ class KafkaSettings:
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise ConfigError("kafka.maxOffsetsPerTrigger", f"{self.max_offsets_per_trigger} records per micro-batch",
                               "give at least 1 (e.g. 1000000), or null for no cap")
+
+    def __repr__(self) -> str:  # sasl.password, ssl.*, registry userinfo: never in a log line
+        return redacted_repr(self)
 
     def source_options(self) -> dict[str, str]:
         """The set ones of the keys that are Kafka source options of the same name."""
@@ -118,6 +123,9 @@ class SinkSettings:
     metrics_address: str = field(default="127.0.0.1", metadata=_alias("metrics.address"))
     console: str = field(default="off", metadata={**_alias("console"), "choices": ("off", "on")})
 
+    def __repr__(self) -> str:  # the Alertmanager URL may carry credentials
+        return redacted_repr(self)
+
 
 @dataclass(frozen=True)
 class CollectSettings:
@@ -155,6 +163,9 @@ class Settings:
     checkpoint_location: str = "/tmp/epochwatch/checkpoint"
     trigger_interval: str = "1 second"
     spark: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # every section's secrets hidden, whatever section holds them
+        return redacted_repr(self)
 
 
 _ENV_REF = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
@@ -247,7 +258,7 @@ def validate(settings: Settings) -> Settings:
                           "set the max at least as large as the base timeout (Kafka: 30000 vs 10000)")
     url = settings.sinks.alertmanager_url
     if url and not url.startswith(("http://", "https://")):
-        raise ConfigError("sinks.alertmanager.url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
+        raise ConfigError("sinks.alertmanager.url", f"{redact(url)!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
     c = settings.collect
     for key, value in (("interval.ms", c.interval_ms), ("request.timeout.ms", c.request_timeout_ms),
                        ("exporter.timeout.ms", c.exporter_timeout_ms),

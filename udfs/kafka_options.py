@@ -160,6 +160,11 @@ class SourceOptions:
     def decoded(self) -> bool:
         return self.decode != "none"
 
+    def __repr__(self) -> str:  # SASL / SSL passwords, registry userinfo: never in a log line
+        from udfs.redact import redacted_repr
+
+        return redacted_repr(self)
+
     def matches(self, topic: str) -> bool:
         """Whether a topic belongs to the subscription (pattern: the whole name must match)."""
         if self.subscribe_pattern is not None:

@@ -98,6 +98,11 @@ class SinkOptions:
     registry_url: str | None
     registry_client: Mapping[str, str]
 
+    def __repr__(self) -> str:  # SASL / SSL passwords, registry userinfo: never in a log line
+        from udfs.redact import redacted_repr
+
+        return redacted_repr(self)
+
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     check_known(options, SINK_OPTIONS, "the epochwatch-kafka-sink sink", strict=False)

@@ -6,6 +6,7 @@ import dataclasses
 import sys
 
 from streaming import config
+from udfs.redact import is_secret, redact
 
 
 def register(sub) -> None:
@@ -26,12 +27,12 @@ def run(args) -> int:
             if section in ("kafka", "collect"):
                 values["client"] = {k: ("***" if _secret(k) else v) for k, v in values["client"].items()}
             for name, value in values.items():
-                print(f"  {section}.{name} = {value}")
+                print(f"  {section}.{name} = {redact(str(value))}")  # URLs may carry credentials
         print(f"  checkpoint_location = {settings.checkpoint_location}")
     return 0
 
 
 def _secret(key: str) -> bool:
-    return any(word in key for word in ("password", "secret", "token", "key"))
+    return is_secret(key) or any(word in key for word in ("password", "secret", "token", "key"))
 
 

@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Protocol
 import requests
 
 from streaming.sinks.alert_book import AlertBook, BookSettings, Delivery
+from udfs.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class AlertmanagerSink:
                  backoff_initial_s: float = 0.5, backoff_max_s: float = 60.0,
                  rng: random.Random | None = None, session: requests.Session | None = None):
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"Alertmanager url {url!r}: give the base URL, e.g. http://127.0.0.1:9093")
+            raise ValueError(f"Alertmanager url {redact(url)!r}: give the base URL, e.g. http://127.0.0.1:9093")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s={timeout_s}: must be > 0 (a few seconds)")
         self.endpoint = url.rstrip("/") + ALERTS_PATH
@@ -170,8 +171,8 @@ class AlertmanagerSink:
     def _post(self, body: list[dict]) -> tuple[str, str]:
         try:
             response = self._http.post(self.endpoint, json=body, timeout=self.timeout_s)
-        except requests.RequestException as exc:
-            return "unavailable", f"{type(exc).__name__}: {exc}"
+        except requests.RequestException as exc:  # its text may quote the URL, credentials and all
+            return "unavailable", redact(f"{type(exc).__name__}: {exc}")
         if response.status_code == 200:
             return "ok", ""
         detail = f"HTTP {response.status_code}: {response.text[:300]}"
