@@ -19,7 +19,6 @@ summaries -> epochwatch_late_events_total), never dropped. A dead letter's time 
 
 from __future__ import annotations
 
-import pickle
 import time
 from typing import Callable, Iterable, Iterator
 
@@ -229,17 +228,23 @@ def to_ipc_chunks(table: pa.Table, rows: int) -> list[tuple[int, bytes]]:
             for start in range(0, table.num_rows, rows)]
 
 
+class PickledStateError(ValueError):
+    """State written by a build that pickled the waiting events: no longer read."""
+
+
 def from_ipc_chunks(chunks: list[bytes]) -> pa.Table | None:
-    """The table to_ipc_chunks wrote. A chunk written by an older version holds pickled event
-    dicts instead (a pickle starts with 0x80, an IPC stream with 0xff): it loads too."""
+    """The table to_ipc_chunks wrote. Builds before Arrow IPC pickled the event dicts (a pickle
+    starts with 0x80, an IPC stream with 0xff); those are refused, never unpickled: unpickling
+    runs whatever code the bytes name, so whoever could write the checkpoint could run code in
+    the job."""
     tables = []
     for chunk in chunks:
         if chunk[:1] == b"\x80":
-            events = pickle.loads(chunk)
-            names = list(dict.fromkeys(name for ev in events for name in ev))
-            tables.append(pa.table({name: [ev.get(name) for ev in events] for name in names}))
-        else:
-            tables.append(pa.ipc.open_stream(chunk).read_all())
+            raise PickledStateError(
+                "a key's waiting events in the state store were written by an older epochwatch build, as a "
+                "pickle; epochwatch no longer unpickles state. Fix: start on a new checkpoint "
+                "(docs/operations.md, Upgrades, says what that loses and how to skip nothing)")
+        tables.append(pa.ipc.open_stream(chunk).read_all())
     return _one_table(tables)
 
 

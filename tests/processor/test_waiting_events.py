@@ -69,9 +69,10 @@ def test_the_processor_gives_what_the_engine_gives_with_its_own_buffer(name, kin
     assert _alerts(frames) == expected and expected
 
 
-def test_a_buffer_pickled_by_an_older_version_still_loads(monkeypatch):
-    """Why: a restart after an upgrade reads the checkpoint the old version wrote, whose waiting
-    events are pickled dicts; they must be applied, not lost."""
+def test_a_buffer_pickled_by_an_older_version_is_refused_with_the_fix(monkeypatch):
+    """Why (issue #22): a restart after an upgrade reads the checkpoint the old version wrote,
+    whose waiting events are pickled dicts. They used to be unpickled, and unpickling state runs
+    whatever code the bytes name: the step refuses them instead, saying what to do."""
     key = ("c1", "brokers", 0)
     rules = RuleSettings()
     tester = TwsTester(EpochwatchProcessor(rules, "EventTime"), timeMode="EventTime", eventTimeExtractor=pack_time)
@@ -82,6 +83,5 @@ def test_a_buffer_pickled_by_an_older_version_still_loads(monkeypatch):
     tester.updateListState("buffer", key, [(len(late_ones), pickle.dumps(late_ones, protocol=5))])
     # restarted: a new Python worker reads the state
     monkeypatch.setattr(engine_host.IN_PROCESS, "engines", key_steps.EngineCache())
-    tester.setWatermark(20_000)
-    brokers = {b.broker_id for b in stored_brokers(tester, key)}
-    assert brokers == {1, 2, 3, 4}
+    with pytest.raises(Exception, match="no longer unpickles state. Fix: start on a new checkpoint"):
+        tester.setWatermark(20_000)

@@ -5,8 +5,9 @@ from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
-from streaming.packs import (CLOCK_KIND, PACK_SCHEMA, from_ipc_chunks, pack, ready_and_waiting, route_and_pack,
+from streaming.packs import (CLOCK_KIND, PACK_SCHEMA, PickledStateError, from_ipc_chunks, pack, ready_and_waiting, route_and_pack,
                              to_ipc_chunks, unpack)
 from streaming.plausible import Limits
 
@@ -199,18 +200,34 @@ def test_ready_and_waiting_leaves_out_what_skip_picks_among_the_ready_rows_only(
     everything = lambda table, rows: np.ones(len(rows), bool)
     assert ready_and_waiting(None, new, horizon=500, skip=everything)[0] is None
 
-def test_waiting_events_round_trip_through_ipc_chunks_and_old_pickles_load():
-    """Why: waiting events are stored in bounded chunks; a checkpoint of an older version holds
-    pickled dicts instead, and a restart after the upgrade must still apply them."""
+def test_waiting_events_round_trip_through_ipc_chunks():
+    """Why: waiting events are stored in bounded chunks."""
     table = _timed(*((t, f"e{t}") for t in range(25)))
     chunks = to_ipc_chunks(table, rows=10)
     assert [count for count, _ in chunks] == [10, 10, 5]
     assert from_ipc_chunks([blob for _, blob in chunks]).equals(table)
-    old = [{"event_time": 1, "event_id": "x", "broker_id": 3}, {"event_time": 2, "event_id": "y"}]
-    loaded = from_ipc_chunks([pickle.dumps(old, protocol=5)])
-    assert loaded.to_pylist() == [{"event_time": 1, "event_id": "x", "broker_id": 3},
-                                  {"event_time": 2, "event_id": "y", "broker_id": None}]
     assert from_ipc_chunks([]) is None
+
+
+class _RunsCode:
+    """What a pickle in a tampered checkpoint could hold: unpickling it calls os.system."""
+
+    def __reduce__(self):
+        import os
+
+        return os.system, ("touch " + str(_RunsCode.marker),)
+
+
+def test_a_pickled_chunk_is_refused_and_never_unpickled(tmp_path):
+    """Why (issue #22): builds before Arrow IPC pickled the waiting events, and loading them
+    unpickled whatever the state store held: whoever could write the checkpoint could run code
+    in the job. Such state is refused with the fix, and nothing in it runs."""
+    _RunsCode.marker = tmp_path / "ran"
+    old = [{"event_time": 1, "event_id": "x", "broker_id": 3}]
+    for chunk in (pickle.dumps(old, protocol=5), pickle.dumps([_RunsCode()], protocol=2)):
+        with pytest.raises(PickledStateError, match="new checkpoint"):
+            from_ipc_chunks([chunk])
+    assert not _RunsCode.marker.exists()
 
 
 def test_packs_are_compressed_and_uncompressed_chunks_of_an_older_version_still_load():
