@@ -198,11 +198,14 @@ class Collector:
         return nodes, registration, heartbeats
 
     def _observe(self, bid, quorum: QuorumState | None, own, registration, heartbeats) -> BrokerObservation:
+        # With the active controller's page in hand, its gauge is the heartbeat: a broker it has
+        # not heard from for a session is silent, even if its last metadata fetch (a little later
+        # than its last heartbeat) would pass for one. Without the page, the last fetch stands in.
         fetch = quorum.observers.get(bid) if quorum is not None else None
         reg = self.cluster.brokers.get(bid) if self.cluster is not None else None
         return BrokerObservation(
             broker_id=bid, fenced=reg.fenced if reg is not None else None, registration=registration.get(bid),
-            last_heartbeat_ms=heartbeats.get(bid), last_fetch_ms=fetch[1] if fetch else None,
+            last_heartbeat_ms=heartbeats.get(bid), last_fetch_ms=fetch[1] if fetch and not registration else None,
             fetched_offset=fetch[0] if fetch else None,
             start_time_ms=own.start_time_ms if own else None, broker_state=own.broker_state if own else None,
             applied_offset=own.applied_offset if own else None,

@@ -126,20 +126,30 @@ class EventDeriver:
         if hb is None or r.now_ms - hb >= s.session_timeout_ms:
             return []
         state, last = b.controller_state, sent.heartbeat_ms.get(bid)
+        if state == "INACTIVE" and r.now_ms - hb >= 2 * s.heartbeat_interval_ms:
+            # Fenced and not heard from for two intervals: the controller fenced a silent broker
+            # (its session ran out), which the job must see as silence and time out itself. A
+            # fenced broker that heartbeats (catching up after a start) is heard from all the time.
+            return self._let_go(r, b, last)
         moved_on = last is None or hb > last + s.heartbeat_interval_ms // 2
         if not moved_on:
-            # Fenced well within a session of its last heartbeat (under half of it), and no
-            # heartbeat since: the controller let it go (controlled shutdown) between two rounds;
-            # a timeout fences a whole session after the last heartbeat, and the round can see it
-            # at most a request timeout early. Said once, at that last heartbeat, so the job's
-            # clean-shutdown rules apply instead of a heartbeat timeout.
-            let_go = r.now_ms - last < s.session_timeout_ms // 2
-            if state == "INACTIVE" and let_go and sent.state.get(bid) in ("ACTIVE", "STOPPING"):
-                sent.state[bid] = "INACTIVE"  # what the job will conclude once the session has passed
-                return [self._heartbeat(r, bid, last, "STOPPING", f"{last}-shutdown")]
-            return []
+            return self._let_go(r, b, last) if state == "INACTIVE" else []
         sent.heartbeat_ms[bid], sent.state[bid] = hb, state
         return [self._heartbeat(r, bid, hb, state, str(hb), b.offset)]
+
+    def _let_go(self, r: Round, b: BrokerObservation, last: int | None) -> list[dict]:
+        """Fenced well within a session of its last heartbeat sent (under half of it), and no
+        heartbeat since: the controller let it go (controlled shutdown) between two rounds; a
+        timeout fences a whole session after the last heartbeat, and a round can see that at
+        most a request timeout early. Said once, at that last heartbeat, so the job's
+        clean-shutdown rules apply instead of a heartbeat timeout."""
+        sent, bid = self.sent, b.broker_id
+        if last is None or r.now_ms - last >= self.settings.session_timeout_ms // 2:
+            return []
+        if sent.state.get(bid) not in ("ACTIVE", "STOPPING"):
+            return []
+        sent.state[bid] = "INACTIVE"  # what the job will conclude once the session has passed
+        return [self._heartbeat(r, bid, last, "STOPPING", f"{last}-shutdown")]
 
     def _heartbeat(self, r: Round, bid: int, t: int, state: str, tag: str, offset: int | None = None) -> dict:
         stopping = state == "STOPPING"

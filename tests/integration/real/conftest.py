@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.embedded import create_topics
+from streaming.embedded import create_topics, free_port
 from streaming.tools.kafka_cluster import KafkaCluster
 from tests.helpers import wait_until
 from tests.integration.faults.support import JobProcess, TopicTail
-from tests.integration.real.support import CollectorProcess, Monitor, write_config
+from tests.integration.observability.services import (WebhookReceiver, alertmanager_process, prometheus_process,
+                                                      render_alertmanager_config)
+from tests.integration.real.support import CollectorProcess, Monitor, prometheus_config, write_config
 
 # Short graces so that every incident ends within a test; Kafka's own timers stay the defaults.
 TEST_RULES = {
@@ -29,8 +31,10 @@ def monitor(tmp_path_factory):
     work = tmp_path_factory.mktemp("real")
     bus = KafkaCluster(work / "bus", controllers=1, brokers=1)
     cluster = KafkaCluster(work / "cluster", controllers=3, brokers=3)
-    collector = job = tail = None
+    collector = job = tail = alertmanager = prometheus = None
+    webhook = WebhookReceiver()
     try:
+        alertmanager = alertmanager_process(work, render_alertmanager_config(work / "alertmanager.yml", webhook)).start()
         bus.start()
         cluster.start()
         # partitions led by every broker: fencing one moves leaderships, and leader epochs with them
@@ -38,16 +42,22 @@ def monitor(tmp_path_factory):
         suffix = work.name[-8:]
         topics = {"events": f"real-ev-{suffix}", "alerts": f"real-al-{suffix}", "dlq": f"real-dlq-{suffix}"}
         create_topics(bus.bootstrap_servers, {topics["events"]: 2, topics["alerts"]: 1, topics["dlq"]: 1})
+        job_port, collector_port = free_port(), free_port()
         config = write_config(work / "epochwatch.yaml", cluster=cluster, bus=bus.bootstrap_servers, topics=topics,
-                              checkpoint=work / "checkpoint", rules=TEST_RULES)
+                              checkpoint=work / "checkpoint", rules=TEST_RULES, alertmanager_url=alertmanager.url,
+                              job_metrics_port=job_port, collector_metrics_port=collector_port)
+        prometheus = prometheus_process(work, prometheus_config(
+            work / "prometheus.yml", job_port=job_port, collector_port=collector_port,
+            alertmanager_port=alertmanager.port)).start()
         collector = CollectorProcess(config, work / "collect.log").start()
         job = JobProcess(config, work / "job.log", ()).start()  # processing time: the live job
         tail = TopicTail(bus.bootstrap_servers, topics["alerts"])
-        m = Monitor(cluster, collector, job, tail)
+        m = Monitor(cluster, collector, job, tail, alertmanager, prometheus)
         wait_until(lambda: m.check_alive() or job.batches(), timeout_s=180, interval_s=0.5, what="the job's first batch")
         wait_until(lambda: m.collector_rounds() >= 3, timeout_s=60, interval_s=0.5, what="three collector rounds")
         yield m
     finally:
-        for stop in (collector and collector.stop, job and job.stop, tail and tail.close, cluster.stop, bus.stop):
+        for stop in (collector and collector.stop, job and job.stop, tail and tail.close, cluster.stop, bus.stop,
+                     prometheus and prometheus.stop, alertmanager and alertmanager.stop, webhook.close):
             if stop:
                 stop()

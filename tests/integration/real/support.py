@@ -55,13 +55,15 @@ class CollectorProcess:
         return [line for line in text.splitlines() if line.startswith("epochwatch collect:")]
 
 
-def write_config(path: Path, *, cluster, bus: str, topics: dict[str, str], checkpoint: Path, rules: dict) -> Path:
+def write_config(path: Path, *, cluster, bus: str, topics: dict[str, str], checkpoint: Path, rules: dict,
+                 alertmanager_url: str, job_metrics_port: int, collector_metrics_port: int) -> Path:
     """One YAML for the job and the collector, as a user would keep it."""
     doc = {
         "kafka": {"bootstrap.servers": bus, "topics": topics, "encoding": "confluent", "startingOffsets": "earliest"},
         "rules": rules,
-        "sinks": {"metrics.port": 0, "console": "on"},  # alerts with their descriptions in the job log
-        "collect": {"bootstrap.servers": cluster.bootstrap_servers, "metrics.port": 0,
+        "sinks": {"metrics.port": job_metrics_port, "alertmanager.url": alertmanager_url,
+                  "console": "on"},  # alerts with their descriptions in the job log
+        "collect": {"bootstrap.servers": cluster.bootstrap_servers, "metrics.port": collector_metrics_port,
                     "exporter.urls": ",".join(cluster.metrics_urls[n] for n in sorted(cluster.metrics_urls))},
         "checkpoint_location": str(checkpoint),
         "trigger_interval": "500 milliseconds",
@@ -73,12 +75,15 @@ def write_config(path: Path, *, cluster, bus: str, topics: dict[str, str], check
 
 @dataclass
 class Monitor:
-    """A running collector + job over one real cluster, and the alerts they produced."""
+    """A running collector + job over one real cluster, and the alerts they produced; Prometheus
+    scrapes both and Alertmanager gets the job's alerts and Prometheus's."""
 
     cluster: object
     collector: CollectorProcess
     job: JobProcess
     alerts: TopicTail
+    alertmanager: object = None
+    prometheus: object = None
 
     def records(self) -> list[dict]:
         return [r for _, r in self.alerts.poll(0.2)]
@@ -114,3 +119,27 @@ class Monitor:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def prometheus_config(out: Path, *, job_port: int, collector_port: int, alertmanager_port: int) -> Path:
+    """deploy/prometheus/prometheus.yml as shipped, at 1 s intervals, pointed at this test's job,
+    collector and Alertmanager."""
+    from tests.integration.observability.services import PROMETHEUS_CONFIG
+
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    config["global"].update(scrape_interval="1s", evaluation_interval="1s")
+    config["rule_files"] = [str(PROMETHEUS_CONFIG.parent / pattern) for pattern in config["rule_files"]]
+    config["alerting"]["alertmanagers"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]
+    ports = {"epochwatch": job_port, "epochwatch-collector": collector_port}
+    for job in config["scrape_configs"]:
+        job["static_configs"] = [{"targets": [f"127.0.0.1:{ports[job['job_name']]}"]}]
+        job["scrape_interval"] = "1s"
+    out.write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
+def alertmanager_alert(alertmanager, alertname: str, cluster: str) -> dict | None:
+    import requests
+
+    return next((a for a in requests.get(alertmanager.url + "/api/v2/alerts", timeout=5).json()
+                 if a["labels"].get("alertname") == alertname and a["labels"].get("cluster") == cluster), None)

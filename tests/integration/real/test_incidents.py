@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.helpers import wait_until
-from tests.integration.real.support import now_ms
+from tests.integration.real.support import alertmanager_alert, now_ms
 
 pytestmark = pytest.mark.integration
 
@@ -122,3 +122,41 @@ def test_the_active_controller_stopped_is_a_failover_and_pages_nobody(monitor):
         hold_quiet(monitor, (SESSION_MS + PENDING_MS) / 1000, since_ms=start)
     finally:
         c.restart(old)
+
+
+def test_a_stopped_collector_is_lost_telemetry_not_a_cluster_outage(monitor):
+    """The job sees a silent cluster either way; Prometheus knows the collector is gone, and
+    Alertmanager mutes the cluster's ClusterSilent with EpochwatchCollectorDown."""
+    cluster_id, start = monitor.cluster.cluster_id, now_ms()
+    monitor.collector.stop()
+    try:
+        monitor.wait_alert("ClusterSilent", since_ms=start, timeout_s=60)
+
+        def muted():
+            down = alertmanager_alert(monitor.alertmanager, "EpochwatchCollectorDown", cluster_id)
+            silent = alertmanager_alert(monitor.alertmanager, "ClusterSilent", cluster_id)
+            return down and silent and silent["status"]["inhibitedBy"] == [down["fingerprint"]] and (down, silent)
+
+        down, silent = wait_until(muted, timeout_s=60, interval_s=0.5, what="ClusterSilent muted by EpochwatchCollectorDown")
+        assert down["labels"]["severity"] == "critical" and down["status"]["state"] == "active"
+    finally:
+        monitor.collector.start()
+    monitor.wait_alert("ClusterSilent", "resolved", since_ms=start, timeout_s=60)
+
+
+def test_every_node_stopped_is_a_cluster_outage_that_pages(monitor):
+    """Last: the cluster does not come back. The collector runs and says it cannot reach it."""
+    c, cluster_id, start = monitor.cluster, monitor.cluster.cluster_id, now_ms()
+    for node_id in [*c.broker_ids, *c.controller_ids]:
+        c.kill(node_id)
+    silent = monitor.wait_alert("ClusterSilent", since_ms=start, timeout_s=60)
+    delay_line("every node killed -> ClusterSilent", start, silent)
+
+    def paging():
+        alert = alertmanager_alert(monitor.alertmanager, "ClusterSilent", cluster_id)
+        return alert and alert["status"]["state"] == "active" and alert
+
+    paging_alert = wait_until(paging, timeout_s=30, interval_s=0.5, what="ClusterSilent active in Alertmanager")
+    assert paging_alert["status"]["inhibitedBy"] == []
+    assert alertmanager_alert(monitor.alertmanager, "EpochwatchCollectorDown", cluster_id) is None
+    assert monitor.collector.alive()

@@ -102,6 +102,24 @@ def test_a_broker_fenced_by_its_session_timeout_is_not_taken_for_a_shutdown():
     assert kinds(d.derive(rnd(last + 8500, [fenced], answers=[])), "broker_heartbeat") == []
 
 
+def test_a_fenced_broker_not_heard_from_for_two_intervals_gives_no_heartbeat():
+    """A heartbeat that says 'fenced' would end the job's timeout before it pages (the state would
+    be INACTIVE for the controller's reason); a broker fenced by its session is silence."""
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t)]))
+    stale = obs(1, t + 9000, last_fetch_ms=t - 500, last_heartbeat_ms=None, registration=None, fenced=True)
+    assert kinds(d.derive(rnd(t + 9000, [stale], answers=[])), "broker_heartbeat") == []
+
+
+def test_a_fenced_broker_that_heartbeats_is_heard_as_inactive():
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    hb, = kinds(d.derive(rnd(t, [obs(1, t, last_heartbeat_ms=t - 300, registration=REGISTRATION_FENCED)])),
+                "broker_heartbeat")
+    assert hb["current_state"] == "INACTIVE"
+
+
 def test_a_new_process_start_is_a_new_incarnation():
     d = EventDeriver(S)
     t = T0 + 10_000
