@@ -156,15 +156,16 @@ class Collector:
             (self.cluster, quorum), reachable = outcome, True
             if quorum is not None:
                 self.controller = (quorum.leader_id, quorum.leader_epoch)
-        nodes, registration, heartbeats = self._pages([results[u] for u in urls if u in results],
-                                                       self.settings.rules.controller_heartbeat_timeout_ms)
+        nodes, others, registration, heartbeats = self._pages([results[u] for u in urls if u in results],
+                                                               self.settings.rules.controller_heartbeat_timeout_ms)
         if quorum is None:
             active = next((m for m in nodes.values() if m.is_active_controller), None)
             if active is not None and active.raft_leader is not None and active.raft_epoch is not None:
                 self.controller = (active.raft_leader, active.raft_epoch)
         broker_ids = set(brokers) | set(self.cluster.brokers if self.cluster else ()) | set(registration) | {
             n for n, m in nodes.items() if m.broker_state is not None}
-        observations = {bid: self._observe(bid, quorum, nodes.get(bid), registration, heartbeats)
+        observations = {bid: self._observe(bid, quorum, nodes.get(bid), registration, heartbeats,
+                                           others.get(bid, ()))
                         for bid in broker_ids}
         events = []
         if self.cluster is not None and self.controller is not None:
@@ -181,23 +182,34 @@ class Collector:
         return events, report
 
     @staticmethod
-    def _pages(pages, session_ms: int) -> tuple[dict[int, exporter.NodeMetrics], dict[int, int], dict[int, int]]:
-        """Node id -> metrics; the active controller's registration state and last heartbeat time
-        per broker (empty without its page: DescribeQuorum's last fetch stands in). The gauge
-        stops at the session timeout: from there on it only says "a session ago or longer"."""
-        nodes, registration, heartbeats = {}, {}, {}
+    def _pages(pages, session_ms: int):
+        """Node id -> metrics of the process that is the node; node id -> start times of other
+        live processes claiming the same id; the active controller's registration state and last
+        heartbeat time per broker (empty without its page: DescribeQuorum's last fetch stands
+        in). The gauge stops at the session timeout: from there on it only says "a session ago
+        or longer"."""
+        claims: dict[int, list[exporter.NodeMetrics]] = {}
+        registration, heartbeats = {}, {}
         for page in pages:
             if isinstance(page, Exception):
                 continue
             m, at = page
             if m.node_id is not None:
-                nodes[m.node_id] = m
+                claims.setdefault(m.node_id, []).append(m)
             if m.is_active_controller:
                 registration = m.registration
                 heartbeats = {bid: at - since for bid, since in m.since_heartbeat_ms.items() if since < session_ms}
-        return nodes, registration, heartbeats
+        nodes, others = {}, {}
+        for node_id, ms in claims.items():
+            # the node is the running process that started last (Kafka refuses a newer one while
+            # the registered one lives, and replaces an older one once its session is gone)
+            ms.sort(key=lambda m: (m.broker_state == exporter.BROKER_RUNNING, m.start_time_ms or 0))
+            nodes[node_id] = ms[-1]
+            others[node_id] = tuple(m.start_time_ms for m in ms[:-1] if m.start_time_ms is not None
+                                    and m.start_time_ms != ms[-1].start_time_ms)
+        return nodes, others, registration, heartbeats
 
-    def _observe(self, bid, quorum: QuorumState | None, own, registration, heartbeats) -> BrokerObservation:
+    def _observe(self, bid, quorum: QuorumState | None, own, registration, heartbeats, others) -> BrokerObservation:
         # With the active controller's page in hand, its gauge is the heartbeat: a broker it has
         # not heard from for a session is silent, even if its last metadata fetch (a little later
         # than its last heartbeat) would pass for one. Without the page, the last fetch stands in.
@@ -209,7 +221,7 @@ class Collector:
             fetched_offset=fetch[0] if fetch else None,
             start_time_ms=own.start_time_ms if own else None, broker_state=own.broker_state if own else None,
             applied_offset=own.applied_offset if own else None,
-            applied_timestamp_ms=own.applied_timestamp_ms if own else None)
+            applied_timestamp_ms=own.applied_timestamp_ms if own else None, other_starts=others)
 
     def run(self, stop: Callable[[], bool] = lambda: False, status: IO[str] | None = sys.stderr,
             rounds: int | None = None) -> int:

@@ -31,6 +31,7 @@ from typing import Mapping
 from streaming.collect.exporter import (BROKER_PENDING_CONTROLLED_SHUTDOWN, BROKER_SHUTTING_DOWN,
                                         REGISTRATION_CONTROLLED_SHUTDOWN, REGISTRATION_FENCED)
 from streaming.collect.probes import MetadataAnswer
+from streaming.events import DUPLICATE_BROKER_REGISTRATION, STALE_BROKER_EPOCH
 
 # How long a partition's newest leader epoch is remembered after the last answer that listed it
 # (a deleted topic must not be compared against forever).
@@ -59,6 +60,8 @@ class BrokerObservation:
     broker_state: int | None = None        # its own exporter: BrokerState
     applied_offset: int | None = None      # its own exporter: last-applied-record-offset
     applied_timestamp_ms: int | None = None
+    # start times of other live processes whose exporters claim this node id (see _others)
+    other_starts: tuple[int, ...] = ()
 
     @property
     def offset(self) -> int | None:
@@ -111,6 +114,7 @@ class EventDeriver:
         out = [self._failure(r, node, reason) for node, reason in sorted(r.failures.items(), key=lambda kv: kv[0] or -1)]
         for broker_id in sorted(r.brokers):
             out.extend(self._heartbeats(r, r.brokers[broker_id]))
+            out.extend(self._others(r, r.brokers[broker_id]))
             out.extend(self._metadata_update(r, r.brokers[broker_id]))
         out.extend(self._responses(r))
         return out
@@ -136,6 +140,22 @@ class EventDeriver:
             return self._let_go(r, b, last) if state == "INACTIVE" else []
         sent.heartbeat_ms[bid], sent.state[bid] = hb, state
         return [self._heartbeat(r, bid, hb, state, str(hb), b.offset)]
+
+    def _others(self, r: Round, b: BrokerObservation) -> list[dict]:
+        """Another live process claiming the broker's node id (two exporters report it) is what
+        KIP-343 calls a heartbeat of another incarnation: a newer one that Kafka refuses while the
+        registered one's session lives (DUPLICATE_BROKER_REGISTRATION), or an older one still
+        running after the id registered again (STALE_BROKER_EPOCH). Kafka answers both inside
+        the controller RPC, which no outside process sees; the second process is seen."""
+        current = self.sent.incarnation.get(b.broker_id)
+        if current is None:
+            return []
+        out = []
+        for start in b.other_starts:
+            error = DUPLICATE_BROKER_REGISTRATION if start > current else STALE_BROKER_EPOCH
+            out.append({**self._heartbeat(r, b.broker_id, r.now_ms, b.controller_state, f"{start}-other"),
+                        "incarnation_id": start, "error_code": error})
+        return out
 
     def _let_go(self, r: Round, b: BrokerObservation, last: int | None) -> list[dict]:
         """Fenced well within a session of its last heartbeat sent (under half of it), and no

@@ -144,3 +144,11 @@ def test_a_saturated_heartbeat_gauge_is_no_heartbeat_even_when_the_page_arrives_
     c.clock = lambda: next(times, NOW_S + 1.2)
     events, _ = c.run_round()
     assert [e for e in events if e["event_type"] == "broker_heartbeat"] == []
+
+
+def test_two_exporters_claiming_one_node_id_make_the_running_one_the_node_and_the_other_a_claim():
+    second = (PAGE.replace("1.79562754894E12", "1.79562760000E12")
+                  .replace('name="BrokerState"} 3.0', 'name="BrokerState"} 1.0'))  # starting, refused
+    events, _ = collector(Probe(), pages=(PAGE, second)).run_round()
+    hb = [(e["incarnation_id"], e["error_code"]) for e in events if e["event_type"] == "broker_heartbeat"]
+    assert hb == [(1795627548940, 0), (1795627600000, 101)]

@@ -278,3 +278,23 @@ def test_incident_a_clean_restart_is_information_only(stopping_seen):
     found, _ = alerts_of(rounds(120, restart, lambda t, o: None if o.start_time_ms is None else answer(o.broker_id)),
                          120)
     assert found == [("firing", "BrokerRestarted", "2")]
+
+
+@pytest.mark.parametrize("other_start, error, why", [
+    (T0 + 5_000, 101, "a newer process claiming a registered id: Kafka refuses its registration"),
+    (T0 - 7_200_000, 77, "an older process still running after the id registered again: a zombie"),
+])
+def test_another_live_process_claiming_the_id_is_a_heartbeat_of_another_incarnation(other_start, error, why):
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    hb = kinds(d.derive(rnd(t, [obs(1, t, other_starts=(other_start,))])), "broker_heartbeat")
+    assert [(e["incarnation_id"], e["error_code"]) for e in hb] == [(T0 - 3_600_000 + 1, 0), (other_start, error)], why
+
+
+def test_incident_a_second_process_with_a_registered_id_pages_a_duplicate_broker_id():
+    def second(t, o):
+        return replace(o, other_starts=(at(25),)) if o.broker_id == 1 and t >= at(25) else o
+
+    found, _ = alerts_of(rounds(60, second), 60)
+    assert ("firing", "BrokerIncarnationRegression", "1") in found and ("firing", "DuplicateBrokerId", "1") in found
+    assert {f[1] for f in found} == {"BrokerIncarnationRegression", "DuplicateBrokerId"}, found
