@@ -35,6 +35,7 @@ _CATALOGUE = (
     Metric("epochwatch_dead_letters_total", "counter", ("reason",)),
     Metric("epochwatch_late_events_total", "counter"),
     Metric("epochwatch_input_events_total", "counter"),
+    Metric("epochwatch_source_data_loss_total", "counter"),
     Metric("epochwatch_input_rows_per_second", "gauge"),
     Metric("epochwatch_processed_rows_per_second", "gauge"),
     Metric("epochwatch_batch_duration_seconds", "histogram"),

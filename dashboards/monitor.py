@@ -104,9 +104,11 @@ def batch_duration_timeseries() -> timeseries.Panel:
 
 def dead_letters_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Dead letters by reason")
-        .description("Malformed input records sent to the DLQ topic, per second, by decode failure reason.")
+        timeseries.Panel().title("Dead letters by reason, and data loss")
+        .description("Input records sent to the DLQ topic, per second, by reason; and the times the source "
+                     "skipped records it could no longer read (failOnDataLoss=false).")
         .with_target(c.query(sum_by(("reason",), rate("epochwatch_dead_letters_total")), legend="{{reason}}"))
+        .with_target(c.query(f"sum({rate('epochwatch_source_data_loss_total')})", legend="data loss", ref_id="B"))
         .datasource(c.datasource()).unit("cps").min(0).span(12).height(8)
         .stacking(c.stacked()).fill_opacity(40)
         .legend(c.legend()).tooltip(c.tooltip())

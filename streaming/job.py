@@ -178,7 +178,8 @@ class ProgressListener(StreamingQueryListener):
         self.emit(f"batch {p['batchId']}: {records} events, {in_rate:.0f} in/s, {done_rate:.0f} done/s, "
                   f"{p['durationMs'].get('triggerExecution', 0)} ms, lag {lag:.0f}, "
                   f"state rows {ops[0].get('numRowsTotal', 0)}, late {late}, "
-                  f"refused {'?' if refused is None else describe(refused)}")
+                  f"refused {'?' if refused is None else describe(refused)}"
+                  + (f", data loss {lost}" if (lost := _lost(p)) else ""))
         if refused is not None and everything_refused(records, sum(refused.values())):
             # loud, but the job goes on: a producer sending only garbage must not stop the monitor
             log.error("batch %s: %s", p["batchId"], refused_everything_message(records, refused))
@@ -194,6 +195,13 @@ class ProgressListener(StreamingQueryListener):
         if self.metrics is not None:
             self.metrics.mark_stopped()
         self.emit(f"query {event.id} stopped" + (f": {event.exception}" if event.exception else ""))
+
+
+def _lost(progress: dict) -> int:
+    """Data losses the source skipped in a batch (failOnDataLoss=false; streaming.packs.LOSS_KIND)."""
+    from streaming.packs import INPUT_METRIC
+
+    return int((progress.get("observedMetrics") or {}).get(INPUT_METRIC, {}).get("lost") or 0)
 
 
 # Spark 4.3's error conditions for state that does not match what the query declares

@@ -93,6 +93,9 @@ class Metrics:
         self.late_events = Counter("epochwatch_late_events_total",
                                    "Events that arrived after the allowed lateness (applied late, not dropped)", registry=r)
         self.input_events = Counter("epochwatch_input_events_total", "Input rows read by the query", registry=r)
+        self.data_loss = Counter("epochwatch_source_data_loss_total",
+                                 "Times the source skipped records it could no longer read (failOnDataLoss=false): "
+                                 "deleted by retention, a topic re-created or deleted", registry=r)
         self.input_rate = Gauge("epochwatch_input_rows_per_second", "Input rate of the last micro-batch", registry=r)
         self.processed_rate = Gauge("epochwatch_processed_rows_per_second", "Processing rate of the last micro-batch",
                                     registry=r)
@@ -141,6 +144,9 @@ class Metrics:
         records, in_rate, done_rate = input_records(progress)
         self.input_events.inc(max(0, records))
         self.records_read += max(0, records)
+        lost = (progress.get("observedMetrics") or {}).get(INPUT_METRIC, {}).get("lost")
+        if lost:
+            self.data_loss.inc(_number(lost))
         self.input_rate.set(in_rate)
         self.processed_rate.set(done_rate)
         trigger_ms = (progress.get("durationMs") or {}).get("triggerExecution")

@@ -33,6 +33,9 @@ from streaming.routing import SERVED_EPOCH_FIELDS, route_batch
 
 KEY_COLUMNS = ("cluster_id", "kind", "shard")
 CLOCK_KIND = "clock"
+# Records the source skipped as lost (failOnDataLoss=false): one row, ``events`` = how many times,
+# summed into the progress's observedMetrics like the records (streaming.metrics: data loss).
+LOSS_KIND = "data_loss"
 # The records read per micro-batch, summed from the clock rows (streaming.pipeline.detect_packs)
 # into the progress's observedMetrics: Spark's numInputRows counts packs (streaming.metrics.input_records).
 INPUT_METRIC = "epochwatch_input"
@@ -120,6 +123,12 @@ def pack(table: pa.Table, records: int = 0) -> pa.RecordBatch:
         for name, value in zip(_ARROW_SCHEMA.names, clock):
             out[name].append(value)
     return pa.RecordBatch.from_pydict(out, schema=_ARROW_SCHEMA)
+
+
+def loss_row(losses: int) -> pa.RecordBatch:
+    """The row that tells the job's metrics of ``losses`` data losses (LOSS_KIND)."""
+    values = ("", LOSS_KIND, 0, None, losses, b"", None)
+    return pa.RecordBatch.from_pydict({name: [v] for name, v in zip(_ARROW_SCHEMA.names, values)}, schema=_ARROW_SCHEMA)
 
 
 def unpack(*payloads: bytes) -> list[dict]:

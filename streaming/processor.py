@@ -30,7 +30,7 @@ from streaming import engine_host
 from streaming.config import RuleSettings
 from streaming.key_steps import (DEAD_LETTER_KIND, ENTITY_STATE, JSON_TABLES, StepOutput, StepRequest, StoredState,
                                  coordinates, event_fields, from_json_rows, json_text, to_json_rows)
-from streaming.packs import CLOCK_KIND, read_packs, to_dicts
+from streaming.packs import CLOCK_KIND, LOSS_KIND, read_packs, to_dicts
 from streaming.rules import records
 from streaming.state_schema import ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA, schema_of
 
@@ -72,8 +72,8 @@ class EpochwatchProcessor(StatefulProcessor):
 
     def _handle(self, key, packs: list[bytes], timerValues, clock_ms: int | None = None) -> list[dict]:
         cluster_id, kind, shard = _grouping_key(key)
-        if kind == CLOCK_KIND:
-            return []  # only there to move the watermark (streaming.packs)
+        if kind in (CLOCK_KIND, LOSS_KIND):
+            return []  # only there to move the watermark, or to be counted (streaming.packs)
         if kind == DEAD_LETTER_KIND:
             return [_dead_letter_row(r) for r in to_dicts(read_packs(*packs))]
         meta = self.meta.get()

@@ -73,11 +73,13 @@ log = logging.getLogger("epochwatch.kafka_source")
 
 
 class KafkaRangePartition(InputPartition):
-    """One Spark partition: offset ranges [start, end) of Kafka partitions, read in this order."""
+    """One Spark partition: offset ranges [start, end) of Kafka partitions, read in this order.
+    ``losses``: data losses the planner found (failOnDataLoss=false), for this task to report."""
 
-    def __init__(self, spans: list[OffsetRange]):
+    def __init__(self, spans: list[OffsetRange], losses: int = 0):
         super().__init__(spans)
         self.spans = spans
+        self.losses = losses
 
 
 class KafkaEventSource(DataSource):
@@ -175,8 +177,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges, losses = plan_ranges(begin, until, earliest, recreated_topics(begin_ids, until_ids))
         report_data_loss(losses, self.options.fail_on_data_loss)
         spans = split_ranges(ranges, self.options.min_partitions)
-        return [KafkaRangePartition(group) for group in
-                group_ranges(spans, self.options.records_per_task, self.options.min_partitions)]
+        planned = [KafkaRangePartition(group) for group in
+                   group_ranges(spans, self.options.records_per_task, self.options.min_partitions)]
+        if losses and self.options.output == "packs":
+            # counted by the job's metrics (streaming.packs.LOSS_KIND), not only logged here: the
+            # planner runs in a process of its own, so the count travels with a task
+            if planned:
+                planned[0].losses = len(losses)
+            else:
+                planned.append(KafkaRangePartition([], len(losses)))
+        return planned
 
     def commit(self, end: dict) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
@@ -192,11 +202,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from udfs.partition_reader import fetch_range
 
         options = self.options
+        losses = [partition.losses]
 
         def fetched(span: OffsetRange):
             return fetch_range(options.client, span, chunk_size=options.arrow_batch_size,
                                poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss,
-                               retry=options.retry_policy)
+                               retry=options.retry_policy, on_loss=lambda: losses.append(1))
 
         if not options.decoded:
             for span in partition.spans:
@@ -230,6 +241,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             wall_clock=options.pack_clock == "wall")
             # one packing pass over all the task's ranges: fewer, fuller packs to shuffle
             yield from route_and_pack(options.pack_client_shards, limits)(decoded())
+            if sum(losses):
+                from streaming.packs import loss_row
+
+                yield loss_row(sum(losses))
         else:
             yield from decoded()
 

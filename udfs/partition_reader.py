@@ -74,13 +74,14 @@ def consumer_settings(client: Mapping[str, str]) -> dict:
 
 def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int, poll_timeout_ms: int,
                 fail_on_data_loss: bool, retry: RetryPolicy = RetryPolicy(),
-                chunk_bytes: int = CHUNK_BYTES) -> Iterator[list]:
+                chunk_bytes: int = CHUNK_BYTES, on_loss=None) -> Iterator[list]:
     """Yield lists of at most ``chunk_size`` messages covering [span.start, span.end) in order, of
-    about ``chunk_bytes`` at most (a chunk ends at the read that reaches it)."""
+    about ``chunk_bytes`` at most (a chunk ends at the read that reaches it). ``on_loss()`` is
+    called each time records are skipped as lost (failOnDataLoss=false), to be counted."""
     reads = _Reads(chunk_size, chunk_bytes)
     chunk: list = []
     size = 0
-    for messages, asked in _read_range(client, span, reads, poll_timeout_ms, fail_on_data_loss, retry):
+    for messages, asked in _read_range(client, span, reads, poll_timeout_ms, fail_on_data_loss, retry, on_loss):
         chunk += messages
         size += reads.saw(messages)
         # a read that got fewer records than it asked for found no more waiting: pass them on
@@ -114,7 +115,7 @@ class _Reads:
 
 
 def _read_range(client: Mapping[str, str], span: OffsetRange, reads: _Reads, poll_timeout_ms: int,
-                fail_on_data_loss: bool, retry: RetryPolicy) -> Iterator[tuple[list, int]]:
+                fail_on_data_loss: bool, retry: RetryPolicy, on_loss=None) -> Iterator[tuple[list, int]]:
     """(messages, how many were asked for) of each read that got some, covering the range."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -131,7 +132,8 @@ def _read_range(client: Mapping[str, str], span: OffsetRange, reads: _Reads, pol
             messages = consumer.consume(asked, _CONSUME_WAIT_S)
             failed = [m for m in messages if m.error() is not None]
             if failed:
-                resume, reassign = _on_errors(consumer, span, next_offset, failed, fail_on_data_loss, errors)
+                resume, reassign = _on_errors(consumer, span, next_offset, failed, fail_on_data_loss, errors,
+                                              on_loss or (lambda: None))
                 if resume is None:
                     return
                 if reassign:
@@ -184,7 +186,7 @@ def _log_recovered(stall: Outage) -> None:
 
 
 def _on_errors(consumer, span: OffsetRange, next_offset: int, failed: list,
-               fail_on_data_loss: bool, errors: ClientErrors) -> tuple[int | None, bool]:
+               fail_on_data_loss: bool, errors: ClientErrors, on_loss) -> tuple[int | None, bool]:
     """Where to continue after consumer errors (None: the range is finished) and whether the
     consumer must be re-assigned there."""
     from confluent_kafka import KafkaError, TopicPartition
@@ -199,6 +201,7 @@ def _on_errors(consumer, span: OffsetRange, next_offset: int, failed: list,
                 raise DataLossError(f"{where}: {error.str()}; records {next_offset}..{span.end - 1} may be lost "
                                     "(deleted by retention, or the topic was re-created). Fix: set "
                                     "failOnDataLoss=false to skip lost records, or restart from a new checkpoint")
+            on_loss()
             if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
                 log.warning("%s: partition is gone, skipping records up to %d (failOnDataLoss=false)", where, span.end)
                 return None, False

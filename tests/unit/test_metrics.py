@@ -25,6 +25,7 @@ CONTRACT = {  # docs/CONTRACTS.md: metric -> (type, labels)
     "epochwatch_dead_letters_total": ("counter", {"reason"}),
     "epochwatch_late_events_total": ("counter", set()),
     "epochwatch_input_events_total": ("counter", set()),
+    "epochwatch_source_data_loss_total": ("counter", set()),
     "epochwatch_input_rows_per_second": ("gauge", set()),
     "epochwatch_processed_rows_per_second": ("gauge", set()),
     "epochwatch_batch_duration_seconds": ("histogram", set()),

@@ -3,6 +3,7 @@ driven against the real broker."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -108,3 +109,45 @@ def test_read_never_goes_past_the_end_of_its_range(bootstrap, topic_factory):
     assert offsets == list(range(10, 60))
     assert max(b.num_rows for b in batches) <= 16
     assert time.monotonic() - started < 10
+
+
+def test_data_loss_the_job_continues_past_is_counted_in_a_metric(spark, bootstrap, tmp_path):
+    """Why (issue #22): with failOnDataLoss=false the job skips records it can no longer read (a
+    topic re-created, retention); that was only a WARNING in a log, where nothing alerts on it.
+    It is counted in epochwatch_source_data_loss_total now, from the job's own progress."""
+    import dataclasses
+
+    from streaming import config
+    from streaming.dispatch import MemorySink
+    from streaming.job import start
+    from streaming.metrics import Metrics
+    from streaming.pipeline import EVENT_TIME
+    from streaming.simulate.writers import event_key
+    from tests.unit.rules.builders import hb
+    from udfs import avro_codec
+
+    suffix = tmp_path.name[-10:]
+    settings = config.load(overrides={"kafka.bootstrap.servers": bootstrap, "kafka.startingOffsets": "earliest",
+                                      "kafka.failOnDataLoss": "false", "kafka.topics.events": f"loss-ev-{suffix}"})
+    settings = dataclasses.replace(settings, checkpoint_location=str(tmp_path / "checkpoint"))
+    topic = settings.kafka.events_topic
+    beats = [hb(1_767_225_600_000 + i * 500, 1) for i in range(20)]
+    create_topics(bootstrap, {topic: 1})
+    produce(bootstrap, topic, [(event_key(ev).encode(), avro_codec.encode(ev)) for ev in beats])
+
+    def run_job() -> list[dict]:
+        query = start(spark, settings, [MemorySink()], time_mode=EVENT_TIME, available_now=True,
+                      query_name=f"loss-{suffix}")
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+        return [json.loads(p.json) for p in query.recentProgress]
+
+    metrics = Metrics()
+    for progress in run_job():
+        metrics.observe_progress(progress)
+    assert metrics.data_loss._value.get() == 0
+    recreate(bootstrap, topic, 1)
+    produce(bootstrap, topic, [(event_key(ev).encode(), avro_codec.encode(ev)) for ev in beats[:5]])
+    for progress in run_job():
+        metrics.observe_progress(progress)
+    assert metrics.data_loss._value.get() == 1, "the re-created topic: one loss, counted once"
