@@ -7,7 +7,9 @@ and loses none; only a full local queue drops, and every drop is counted and sho
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import IO, Mapping
+
+from streaming.events import write_jsonl
 
 from streaming.simulate.writers import producer_config
 from udfs import avro_codec
@@ -16,10 +18,10 @@ from udfs.kafka_sink import event_key
 
 class EventPublisher:
     def __init__(self, bootstrap_servers: str, topic: str, *, encoding: str = "confluent",
-                 client: Mapping[str, str] | None = None, max_queued: int = 100_000):
+                 client: Mapping[str, str] | None = None, max_queued: int = 100_000, copy_to: IO[str] | None = None):
         from confluent_kafka import Producer
 
-        self.topic, self.encoding = topic, encoding
+        self.topic, self.encoding, self.copy_to = topic, encoding, copy_to
         self.sent = self.failed = self.dropped = 0
         self.first_error: str | None = None
         config = {**producer_config(bootstrap_servers, client), "linger.ms": 5, "message.timeout.ms": 0,
@@ -33,7 +35,9 @@ class EventPublisher:
             self.failed += 1
             self.first_error = self.first_error or str(err)
 
-    def publish(self, events: Iterable[dict]) -> None:
+    def publish(self, events: list[dict]) -> None:
+        if self.copy_to is not None:  # `epochwatch collect --events-out`: what the job was told
+            write_jsonl(events, self.copy_to)
         for event in events:
             if self.encoding == "schemaless":
                 value = avro_codec.encode_schemaless(event)

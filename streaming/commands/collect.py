@@ -23,6 +23,8 @@ def register(subparsers) -> None:
                    help="override a config key, e.g. --set collect.exporter.urls=http://127.0.0.1:7071/metrics")
     p.add_argument("--rounds", type=int, default=None, help="stop after this many rounds (default: run until stopped)")
     p.add_argument("--quiet", action="store_true", help="no status line per round")
+    p.add_argument("--events-out", metavar="FILE",
+                   help="also append every event produced to FILE as JSON Lines (what the job was told)")
     p.set_defaults(func=run)
 
 
@@ -33,7 +35,8 @@ def run(args) -> int:
 
     settings = config_module.load(args.config, parse_overrides(args.set))
     k = settings.kafka
-    publisher = EventPublisher(k.bootstrap_servers, k.events_topic, encoding=k.encoding, client=k.client)
+    copy = open(args.events_out, "a", encoding="utf-8", buffering=1) if args.events_out else None
+    publisher = EventPublisher(k.bootstrap_servers, k.events_topic, encoding=k.encoding, client=k.client, copy_to=copy)
     metrics = CollectorMetrics()
     if settings.collect.metrics_port:
         metrics.serve(settings.collect.metrics_port, settings.collect.metrics_address)

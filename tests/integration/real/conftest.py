@@ -14,7 +14,11 @@ from tests.integration.observability.services import (WebhookReceiver, alertmana
 from tests.integration.real.support import CollectorProcess, Monitor, prometheus_config, write_config
 
 # Short graces so that every incident ends within a test; Kafka's own timers stay the defaults.
+# The pending time is the one recommended with the collector (docs/operations.md): a heartbeat
+# reaches the job up to a collect round after the controller heard it, and a broker restarted
+# after kill -9 is back only once its old session expired (a gap just over the 9 s timeout).
 TEST_RULES = {
+    "heartbeat.timeout.pending.ms": 5000,
     "broker.not.returned.grace.ms": 20000,
     "metadata.lag.grace.ms": 15000,
     "stale.metadata.quiet.ms": 20000,
