@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import base64
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from streaming.embedded import LOOPBACK, _dies_with_this_process
-from streaming.tools.relay import Relay
+from streaming.tools.relay import Relay, free_port
 
 KAFKA_VERSION = "4.1.2"
 REPO = Path(__file__).resolve().parents[2]
@@ -138,7 +136,7 @@ class KafkaCluster:
         try:
             for c in self.controller_ids:  # first: the brokers' relays lead to their listeners
                 node = self._nodes[c] = self._new_node(c, "controller", c)
-                node.link_ports = {b: _free_port() for b in self.broker_ids}
+                node.link_ports = {b: free_port() for b in self.broker_ids}
             for b in self.broker_ids:
                 node = self._nodes[b] = self._new_node(b, "broker", b)
                 node.relays = {c: Relay((LOOPBACK, self._nodes[c].link_ports[b]), name=f"relay-{b}-{c}")
@@ -295,7 +293,7 @@ class KafkaCluster:
                                     + "\n".join(self._nodes[b].log_tail() for b in sorted(missing)))
 
     def _new_node(self, node_id: int, role: str, dirname: object) -> KafkaNode:
-        return KafkaNode(node_id, role, self.workdir / str(dirname), _free_port(), _free_port())
+        return KafkaNode(node_id, role, self.workdir / str(dirname), free_port(), free_port())
 
     def _write_config(self, node: KafkaNode) -> None:
         """Brokers reach the controllers only through their relays. A broker learns controller
@@ -371,24 +369,6 @@ class KafkaCluster:
                 self._java(node, classpath, ["kafka.Kafka", str(node.dir / "server.properties")],
                            node.log_path, agent=True),
                 stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-
-_taken: set[int] = set()  # ports handed out by this process, bound or not yet
-
-
-def _free_port() -> int:
-    """A free loopback port below the ephemeral range: a JVM binds it seconds later, and by then an
-    outgoing connection may have taken a port from bind(0) (seen: "Address already in use")."""
-    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:
-        port = random.randrange(ephemeral // 2, ephemeral)
-        try:
-            socket.create_server((LOOPBACK, port)).close()
-        except OSError:
-            continue
-        if port not in _taken:
-            _taken.add(port)
-            return port
 
 
 def _random_cluster_id() -> str:

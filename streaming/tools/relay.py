@@ -1,4 +1,5 @@
-"""A loopback TCP relay that a test can cut: the link between one Kafka broker and one controller.
+"""Loopback plumbing for the local Kafka cluster: ports a JVM binds later, and a TCP relay that a
+test can cut (the link between one Kafka broker and one controller).
 
 Forwarding is two threads per connection doing blocking reads (a handful of connections, and
 nothing to tune). While cut, the relay keeps every connection open and answers nothing: new
@@ -9,8 +10,10 @@ network, not a closed port it would report at once.
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 
@@ -117,3 +120,21 @@ def _close(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
+_taken: set[int] = set()  # ports handed out by this process, bound or not yet
+
+
+def free_port() -> int:
+    """A free loopback port below the ephemeral range: a JVM binds it seconds later, and by then an
+    outgoing connection may have taken a port from bind(0) (seen: "Address already in use")."""
+    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(ephemeral // 2, ephemeral)
+        try:
+            socket.create_server((LOOPBACK, port)).close()
+        except OSError:
+            continue
+        if port not in _taken:
+            _taken.add(port)
+            return port
