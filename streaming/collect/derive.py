@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from streaming.collect.exporter import (BROKER_PENDING_CONTROLLED_SHUTDOWN, BROKER_SHUTTING_DOWN,
+from streaming.collect.exporter import (BROKER_PENDING_CONTROLLED_SHUTDOWN, BROKER_RUNNING, BROKER_SHUTTING_DOWN,
                                         REGISTRATION_CONTROLLED_SHUTDOWN, REGISTRATION_FENCED)
 from streaming.collect.probes import MetadataAnswer
 from streaming.events import DUPLICATE_BROKER_REGISTRATION, STALE_BROKER_EPOCH
@@ -123,6 +123,7 @@ class EventDeriver:
 
     def _heartbeats(self, r: Round, b: BrokerObservation) -> list[dict]:
         s, sent, bid = self.settings, self.sent, b.broker_id
+        before = sent.incarnation.get(bid)
         if b.start_time_ms is not None:
             sent.incarnation[bid] = b.start_time_ms
         hb = b.heartbeat_ms
@@ -130,6 +131,11 @@ class EventDeriver:
         if hb is None or r.now_ms - hb >= s.session_timeout_ms:
             return []
         state, last = b.controller_state, sent.heartbeat_ms.get(bid)
+        if state == "INACTIVE" and self._leaving(b, before):
+            # Fenced while heard from, the same process that was serving, and that process no
+            # longer running (its exporter gone, or not in RUNNING): the controller fenced it at
+            # the end of its controlled shutdown, which finished between two rounds.
+            state = "STOPPING"
         if state == "INACTIVE" and r.now_ms - hb >= 2 * s.heartbeat_interval_ms:
             # Fenced and not heard from for two intervals: the controller fenced a silent broker
             # (its session ran out), which the job must see as silence and time out itself. A
@@ -140,6 +146,11 @@ class EventDeriver:
             return self._let_go(r, b, last) if state == "INACTIVE" else []
         sent.heartbeat_ms[bid], sent.state[bid] = hb, state
         return [self._heartbeat(r, bid, hb, state, str(hb), b.offset)]
+
+    def _leaving(self, b: BrokerObservation, incarnation_before: int | None) -> bool:
+        same_process = b.start_time_ms is None or b.start_time_ms == incarnation_before
+        return (self.sent.state.get(b.broker_id) in ("ACTIVE", "STOPPING") and same_process
+                and b.broker_state != BROKER_RUNNING)
 
     def _others(self, r: Round, b: BrokerObservation) -> list[dict]:
         """Another live process claiming the broker's node id (two exporters report it) is what

@@ -117,6 +117,16 @@ class Monitor:
     def collector_rounds(self) -> int:
         return len(self.collector.status_lines())
 
+    def restart_collector(self, extra_urls: tuple[str, ...] = ()) -> None:
+        """The collector again, scraping the cluster's exporters and ``extra_urls`` (as a team adds
+        a host to its list)."""
+        self.collector.stop()
+        doc = yaml.safe_load(self.collector.config.read_text())
+        urls = [self.cluster.metrics_urls[n] for n in sorted(self.cluster.metrics_urls)]
+        doc["collect"]["exporter.urls"] = ",".join([*urls, *extra_urls])
+        self.collector.config.write_text(yaml.safe_dump(doc, sort_keys=False))
+        self.collector.start()
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)

@@ -125,6 +125,24 @@ def test_the_active_controller_stopped_is_a_failover_and_pages_nobody(monitor):
         c.restart(old)
 
 
+def test_a_second_process_claiming_a_registered_node_id_pages_a_duplicate_broker_id(monitor):
+    """Kafka refuses the second registration while broker 1's session lives; the second JVM runs
+    on, and its exporter (on the collector's list, as a team's host list would have it) says
+    which node id it claims."""
+    c, start = monitor.cluster, now_ms()
+    second = c.start_duplicate(1)
+    try:
+        monitor.restart_collector(extra_urls=(second.metrics_url,))
+        duplicate = monitor.wait_alert("DuplicateBrokerId", since_ms=start, broker_id=1, timeout_s=120)
+        assert duplicate["severity"] == "critical"
+        delay_line("second process with node id 1 -> DuplicateBrokerId", start, duplicate)
+        assert {p[0] for p in monitor.pages(start)} <= {"DuplicateBrokerId", "BrokerIncarnationRegression"}
+    finally:
+        second.stop()
+        monitor.restart_collector()
+    monitor.wait_alert("DuplicateBrokerId", "resolved", since_ms=start, broker_id=1, timeout_s=60)
+
+
 def test_a_stopped_collector_is_lost_telemetry_not_a_cluster_outage(monitor):
     """The job sees a silent cluster either way; Prometheus knows the collector is gone, and
     Alertmanager mutes the cluster's ClusterSilent with EpochwatchCollectorDown."""

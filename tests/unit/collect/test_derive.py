@@ -208,10 +208,10 @@ def rounds(end_s, change=lambda t, o: o, answers=lambda t, o: answer(o.broker_id
     return out
 
 
-def alerts_of(round_list, until_s):
+def alerts_of(round_list, until_s, rules=RuleSettings()):
     d = EventDeriver(S)
     events = sorted((e for r in round_list for e in d.derive(r)), key=lambda e: e["event_time"])
-    alerts = detect_all(events, RuleSettings(), until=T0 + until_s * 1000)
+    alerts = detect_all(events, rules, until=T0 + until_s * 1000)
     return [(a["status"], a["alertname"], a["labels"].get("broker_id")) for a in alerts], alerts
 
 
@@ -298,3 +298,19 @@ def test_incident_a_second_process_with_a_registered_id_pages_a_duplicate_broker
     found, _ = alerts_of(rounds(60, second), 60)
     assert ("firing", "BrokerIncarnationRegression", "1") in found and ("firing", "DuplicateBrokerId", "1") in found
     assert {f[1] for f in found} == {"BrokerIncarnationRegression", "DuplicateBrokerId"}, found
+
+
+def test_incident_a_shutdown_seen_as_a_fenced_broker_whose_process_is_gone_is_not_returned():
+    """Seen on Kafka 4.1: a controlled shutdown over in under a round; the next round finds the
+    broker fenced, its last heartbeat fresh, its exporter gone. Not the controller's fence of a
+    live broker: a shutdown, so BrokerNotReturned after the grace, and no timeout."""
+    def gone(t, o):
+        if o.broker_id != 3 or t < at(20):
+            return o
+        last = at(20) - 200  # its last heartbeats (asking to shut down) came after the previous round
+        return BrokerObservation(3, fenced=True, registration=REGISTRATION_FENCED, last_heartbeat_ms=max(last, t - 9000))
+
+    found, _ = alerts_of(rounds(80, gone, lambda t, o: None if o.start_time_ms is None else answer(o.broker_id)),
+                         80, RuleSettings(not_returned_grace_ms=20000))
+    assert found == [("firing", "BrokerNotReturned", "3")]
+
