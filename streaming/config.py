@@ -153,6 +153,9 @@ class CollectSettings:
     def urls(self) -> list[str]:
         return [u.strip() for u in self.exporter_urls.split(",") if u.strip()]
 
+    def __repr__(self) -> str:  # sasl.password of the watched cluster, exporter URL userinfo
+        return redacted_repr(self)
+
 
 @dataclass(frozen=True)
 class Settings:

@@ -152,3 +152,10 @@ def test_two_exporters_claiming_one_node_id_make_the_running_one_the_node_and_th
     events, _ = collector(Probe(), pages=(PAGE, second)).run_round()
     hb = [(e["incarnation_id"], e["error_code"]) for e in events if e["event_type"] == "broker_heartbeat"]
     assert hb == [(1795627548940, 0), (1795627600000, 101)]
+
+
+def test_the_collect_settings_never_show_the_watched_clusters_secrets():
+    settings = config.load(overrides={"collect.client.sasl.password": "hunter2",
+                                      "collect.exporter.urls": "http://scraper:s3cret@broker-1:7071/metrics"})
+    for text in (repr(settings.collect), repr(settings)):
+        assert "hunter2" not in text and "s3cret" not in text and "sasl.password" in text
