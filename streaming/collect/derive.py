@@ -104,6 +104,8 @@ class Sent:
     newest_epochs: dict[tuple, tuple[int, int]] = field(default_factory=dict)  # partition -> (epoch, seen)
     served_version: int = -1
     behind_rounds: dict[int, int] = field(default_factory=dict)  # consecutive rounds found behind
+    first_heard: dict[int, int] = field(default_factory=dict)    # when a broker's start time was awaited
+    no_start_time: set[int] = field(default_factory=set)         # brokers sent with incarnation 0 for good
 
 
 class EventDeriver:
@@ -124,11 +126,11 @@ class EventDeriver:
     def _heartbeats(self, r: Round, b: BrokerObservation) -> list[dict]:
         s, sent, bid = self.settings, self.sent, b.broker_id
         before = sent.incarnation.get(bid)
-        if b.start_time_ms is not None:
+        if b.start_time_ms is not None and bid not in sent.no_start_time:
             sent.incarnation[bid] = b.start_time_ms
         hb = b.heartbeat_ms
         # The controller's gauge stops at the session timeout: from there on it says nothing new.
-        if hb is None or r.now_ms - hb >= s.session_timeout_ms:
+        if hb is None or r.now_ms - hb >= s.session_timeout_ms or not self._incarnation_known(r, bid):
             return []
         state, last = b.controller_state, sent.heartbeat_ms.get(bid)
         if state == "INACTIVE" and self._leaving(b, before):
@@ -146,6 +148,22 @@ class EventDeriver:
             return self._let_go(r, b, last) if state == "INACTIVE" else []
         sent.heartbeat_ms[bid], sent.state[bid] = hb, state
         return [self._heartbeat(r, bid, hb, state, str(hb), b.offset)]
+
+    def _incarnation_known(self, r: Round, bid: int) -> bool:
+        """A broker's heartbeats wait for its start time (its exporter's page, which can take a
+        round or two to arrive) for up to half a session: a later switch from "unknown" to a
+        start time would be a leap of decades that the job refuses as implausible. A broker
+        whose page never comes (no exporter for it) is sent with incarnation 0 for good: its
+        heartbeats count, its restarts cannot be told."""
+        sent = self.sent
+        if bid in sent.incarnation:
+            return True
+        first = sent.first_heard.setdefault(bid, r.now_ms)
+        if r.now_ms - first < self.settings.session_timeout_ms // 2:
+            return False
+        sent.incarnation[bid] = 0
+        sent.no_start_time.add(bid)
+        return True
 
     def _leaving(self, b: BrokerObservation, incarnation_before: int | None) -> bool:
         same_process = b.start_time_ms is None or b.start_time_ms == incarnation_before

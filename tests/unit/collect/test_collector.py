@@ -71,11 +71,14 @@ def test_every_source_feeds_the_round_and_the_controller_comes_from_the_quorum()
 
 
 def test_without_exporters_the_quorum_alone_gives_heartbeats_and_offsets():
-    events, report = collector(Probe(), pages=(None,)).run_round()
-    hb, update = events[0], events[1]
-    assert hb["event_time"] == 1795627627000 and hb["incarnation_id"] == 0  # last fetch; no start time known
-    assert update["metadata_epoch"] == 168                                  # what it fetched
+    times = iter([NOW_S, NOW_S + 5])  # two rounds, half a session apart: no page will tell a start time
+    c = collector(Probe(), pages=(None,))
+    c.clock = lambda: next(times)
+    first, report = c.run_round()
+    assert [e["event_type"] for e in first] == ["metadata_update"] and first[0]["metadata_epoch"] == 168
     assert report.scrapes_ok == 0
+    hb = [e for e in c.run_round()[0] if e["event_type"] == "broker_heartbeat"]
+    assert [(e["event_time"], e["incarnation_id"]) for e in hb] == [(1795627627000, 0)]  # the last fetch
 
 
 def test_an_unreachable_cluster_after_it_was_seen_is_reported_as_a_failure_event():

@@ -184,14 +184,29 @@ def test_what_the_collector_could_not_reach_becomes_failure_events():
     assert [(e["node_id"], e["reason"]) for e in events] == [(None, "NO_NODE_AVAILABLE"), (2, "REQUEST_TIMEOUT")]
 
 
-def test_without_the_controllers_exporter_the_last_metadata_fetch_is_the_heartbeat():
+def test_without_any_exporter_the_last_metadata_fetch_is_the_heartbeat_of_incarnation_0():
+    """No page says when the broker started: its heartbeats wait half a session for one, then go
+    with incarnation 0 for good (a later leap to a start time would be refused as implausible)."""
     d = EventDeriver(S)
     t = T0 + 10_000
     o = BrokerObservation(1, fenced=False, last_fetch_ms=t - 300, fetched_offset=1017)
     events = d.derive(rnd(t, [o]))
-    hb, = kinds(events, "broker_heartbeat")
-    assert hb["event_time"] == t - 300 and hb["current_state"] == "ACTIVE"
+    assert kinds(events, "broker_heartbeat") == []
     assert kinds(events, "metadata_update")[0]["metadata_epoch"] == 1017
+    later = t + 5000
+    hb, = kinds(d.derive(rnd(later, [replace(o, last_fetch_ms=later - 300)])), "broker_heartbeat")
+    assert (hb["event_time"], hb["incarnation_id"], hb["current_state"]) == (later - 300, 0, "ACTIVE")
+    seen_at_last = replace(o, last_fetch_ms=later + 1700, start_time_ms=T0 - 60_000)
+    hb, = kinds(d.derive(rnd(later + 2000, [seen_at_last])), "broker_heartbeat")
+    assert hb["incarnation_id"] == 0
+
+
+def test_a_start_time_that_arrives_a_round_late_is_the_first_incarnation_sent():
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    assert kinds(d.derive(rnd(t, [obs(1, t, start_time_ms=None)])), "broker_heartbeat") == []
+    hb, = kinds(d.derive(rnd(t + 2000, [obs(1, t + 2000)])), "broker_heartbeat")
+    assert hb["incarnation_id"] == T0 - 3_600_000 + 1
 
 
 # --- whole incidents through the detection rules ------------------------------------------------
