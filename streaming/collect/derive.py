@@ -133,7 +133,8 @@ class EventDeriver:
         if hb is None or r.now_ms - hb >= s.session_timeout_ms or not self._incarnation_known(r, bid):
             return []
         state, last = b.controller_state, sent.heartbeat_ms.get(bid)
-        if state == "INACTIVE" and self._leaving(b, before):
+        leaving = state == "INACTIVE" and self._leaving(b, before)
+        if leaving:
             # Fenced while heard from, the same process that was serving, and that process no
             # longer running (its exporter gone, or not in RUNNING): the controller fenced it at
             # the end of its controlled shutdown, which finished between two rounds.
@@ -145,7 +146,7 @@ class EventDeriver:
             return self._let_go(r, b, last)
         moved_on = last is None or hb > last + s.heartbeat_interval_ms // 2
         if not moved_on:
-            return self._let_go(r, b, last) if state == "INACTIVE" else []
+            return self._let_go(r, b, last) if state == "INACTIVE" or leaving else []
         sent.heartbeat_ms[bid], sent.state[bid] = hb, state
         return [self._heartbeat(r, bid, hb, state, str(hb), b.offset)]
 

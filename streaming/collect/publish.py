@@ -52,8 +52,15 @@ class EventPublisher:
 
     @property
     def queued(self) -> int:
-        return len(self._producer)
+        return 0 if self._producer is None else len(self._producer)
 
     def flush(self, timeout_s: float) -> int:
         """What is still unacknowledged after ``timeout_s``."""
         return self._producer.flush(timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> int:
+        """Deliver what is queued, then let the client go now (not at garbage collection), so that
+        it stops reconnecting, and logging, once the events cluster is gone. Returns what was left."""
+        left = self._producer.flush(timeout_s) if self._producer is not None else 0
+        self._producer = None
+        return left

@@ -49,7 +49,7 @@ def run(args) -> int:
         pass
     finally:
         collector.close()
-        left = publisher.flush(10)
+        left = publisher.close()
         if left:
             print(f"epochwatch collect: {left} events not acknowledged at exit", file=sys.stderr)
     return 0

@@ -89,7 +89,7 @@ def run_cluster_demo(report: Path | None, out: IO[str] = sys.stdout) -> int:
         thread = threading.Thread(target=collector.run, kwargs={"stop": stop_collecting.is_set, "status": collect_log},
                                   name="epochwatch-collect", daemon=True)
         thread.start()
-        stack.callback(lambda: (stop_collecting.set(), thread.join(30), collector.close(), publisher.flush(10)))
+        stack.callback(lambda: (stop_collecting.set(), thread.join(30), collector.close(), publisher.close()))
         out.write(f"epochwatch collect: a round every {settings.collect.interval_ms} ms (status lines: "
                   f"{work / 'collect.log'})\n")
 

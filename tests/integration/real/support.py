@@ -96,8 +96,10 @@ class Monitor:
             return next((r for r in self.records() if r["alertname"] == alertname and r["status"] == status
                          and r["event_time"] >= since_ms
                          and all(r["labels"].get(k) == str(v) for k, v in labels.items())), None)
-        return wait_until(found, timeout_s=timeout_s, interval_s=0.5,
-                          what=f"{alertname} {status} {labels} (alerts so far: {self.summary(since_ms)})")
+        try:
+            return wait_until(found, timeout_s=timeout_s, interval_s=0.5, what=f"{alertname} {status} {labels}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; alerts since the fault: {self.summary(since_ms)}") from None
 
     def pages(self, since_ms: int, until_ms: int | None = None) -> list[tuple[str, dict]]:
         """(alertname, labels) of every warning or critical that fired in the window."""

@@ -329,3 +329,14 @@ def test_incident_a_shutdown_seen_as_a_fenced_broker_whose_process_is_gone_is_no
                          80, RuleSettings(not_returned_grace_ms=20000))
     assert found == [("firing", "BrokerNotReturned", "3")]
 
+
+def test_a_shutdown_whose_last_heartbeat_was_already_sent_is_still_said_to_be_stopping():
+    """Seen on Kafka 4.1: the round before the shutdown sent the broker's last heartbeat; the
+    next finds it fenced, that heartbeat still the newest, its exporter gone."""
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t, last_heartbeat_ms=t - 100)]))
+    gone = BrokerObservation(1, fenced=True, registration=REGISTRATION_FENCED, last_heartbeat_ms=t - 100)
+    hb, = kinds(d.derive(rnd(t + 2000, [gone], answers=[])), "broker_heartbeat")
+    assert (hb["event_time"], hb["current_state"], hb["want_shutdown"]) == (t - 100, "STOPPING", True)
+
