@@ -72,12 +72,25 @@ class BrokerFleet:
         if kind == "broker_heartbeat":
             b = self.brokers.get(ev["broker_id"])
             if b is not None and jumps(ev["incarnation_id"], b.incarnation_id, s.max_epoch_jump):
-                return (f"incarnation_id {ev['incarnation_id']} leaps more than rules.event.max.epoch.jump="
-                        f"{s.max_epoch_jump} past {b.incarnation_id}")
+                return self._unconfirmed_leap(b, ev["incarnation_id"])
         elif jumps(ev["metadata_epoch"], c.newest_epoch, s.max_epoch_jump):
             return (f"metadata_epoch {ev['metadata_epoch']} leaps more than rules.event.max.epoch.jump="
                     f"{s.max_epoch_jump} past the cluster's {c.newest_epoch}")
         return None
+
+    def _unconfirmed_leap(self, b: BrokerRecord, incarnation: int) -> str | None:
+        """A leaping incarnation is refused until broker.duplicate.min.heartbeats heartbeats have
+        claimed it: one forged heartbeat poisons nothing, while a process that really runs with it
+        (a restart into another numbering, a second process) is heard after a few."""
+        if incarnation != b.leap_incarnation_id:
+            b.leap_incarnation_id, b.leap_heartbeats = incarnation, 0
+        b.leap_heartbeats += 1
+        if b.leap_heartbeats >= self.settings.duplicate_min_heartbeats:
+            b.leap_incarnation_id, b.leap_heartbeats = -1, 0
+            return None
+        return (f"incarnation_id {incarnation} leaps more than rules.event.max.epoch.jump="
+                f"{self.settings.max_epoch_jump} past {b.incarnation_id} (heard {b.leap_heartbeats} time(s); "
+                f"{self.settings.duplicate_min_heartbeats} are believed)")
 
     def broker(self, broker_id: int) -> BrokerRecord:
         b = self.brokers.get(broker_id)

@@ -34,6 +34,10 @@ class BrokerRecord:
     flapping_since_ms: int = NO_TIME
     time_in_state_ms: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     last_event_ms: int = NO_TIME
+    # an incarnation leaping past the accepted one (streaming.plausible), and how many heartbeats
+    # claimed it: refused until broker.duplicate.min.heartbeats did
+    leap_incarnation_id: int = -1
+    leap_heartbeats: int = 0
 
     @property
     def known_epoch(self) -> int:

@@ -65,3 +65,16 @@ def test_a_step_of_plain_increases_refuses_nothing():
     events = steady_heartbeats(0, 10_000) + [hb(12_001, 1, inc=7 + 5_000_000)]
     alerts, refused = step_all("brokers", events, 20_000)
     assert refused == [] and ("firing", "BrokerRestarted", "1") in summary(alerts)
+
+
+def test_a_leaping_incarnation_that_keeps_heartbeating_is_believed():
+    """Why: a process that really runs with a leaping incarnation (a restart into another
+    numbering, e.g. from 0 to a start time in ms; a second process claiming the id) must be heard:
+    after broker.duplicate.min.heartbeats heartbeats it is a restart. One forged heartbeat is not."""
+    s = RuleSettings()
+    restart = [hb(21_001 + i * 2000, 1, inc=LEAP) for i in range(s.duplicate_min_heartbeats)]
+    events = [ev for ev in steady_heartbeats(0, 60_000) if not (ev["broker_id"] == 1 and ev["event_time"] > 21_000)]
+    alerts, refused = step_all("brokers", events + restart + [hb(t + 1, 1, inc=LEAP) for t in range(28_000, 60_000, 2000)],
+                               70_000)
+    assert [ev["event_id"] for ev, _ in refused] == [ev["event_id"] for ev in restart[:-1]]
+    assert ("firing", "BrokerRestarted", "1") in summary(alerts)
