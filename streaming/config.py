@@ -268,6 +268,9 @@ def validate(settings: Settings) -> Settings:
                        ("metadata.stale.after.ms", c.metadata_stale_after_ms)):
         if value <= 0:
             raise ConfigError(f"collect.{key}", f"{value} is not above 0", "leave it out for the default, or use e.g. 2000")
+    from streaming.collect.probes import client_options
+
+    client_options(c.client)  # a security setting the collector's client cannot use fails now, not later
     for u in c.urls():
         if not u.startswith(("http://", "https://")):
             raise ConfigError("collect.exporter.urls", f"{u!r} is not an http(s) URL",
