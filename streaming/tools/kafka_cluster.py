@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import signal
 import subprocess
 import time
@@ -51,16 +50,14 @@ def kafka_classpath() -> str:
 Sample = NamedTuple("Sample", [("name", str), ("labels", dict), ("value", float)])
 
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
 def scrape(url: str, timeout_s: float = 3.0) -> list[Sample]:
-    """The samples of one Prometheus text exposition (an exporter's /metrics)."""
+    """The samples of one Prometheus text exposition (an exporter's /metrics), read by
+    prometheus-client's parser (as the collector reads them)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        lines = response.read().decode().splitlines()
-    return [Sample(m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3)))
-            for m in map(_SAMPLE.match, lines) if m]
+        text = response.read().decode()
+    return [Sample(s.name, dict(s.labels), s.value) for f in text_string_to_metric_families(text) for s in f.samples]
 
 
 @dataclass
