@@ -30,7 +30,12 @@ def delay_line(what: str, start_ms: int, record: dict) -> int:
     return delay
 
 
-def hold_quiet(monitor, seconds: float, since_ms: int, allowed=()) -> None:
+# Metadata staleness a loaded machine can cause on its own (a broker's metadata apply stalls for
+# seconds while it answers clients): reported truthfully, but not what the lifecycle tests hold.
+STALENESS = ("BrokerMetadataLag", "StaleMetadataResponse")
+
+
+def hold_quiet(monitor, seconds: float, since_ms: int, allowed=STALENESS) -> None:
     """Watch for ``seconds``: no page may fire (except ``allowed`` alert names)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -42,7 +47,7 @@ def hold_quiet(monitor, seconds: float, since_ms: int, allowed=()) -> None:
 
 def test_a_healthy_cluster_pages_nobody(monitor):
     rounds = monitor.collector_rounds()
-    hold_quiet(monitor, 20, since_ms=0)
+    hold_quiet(monitor, 20, since_ms=0, allowed=())  # healthy: not even staleness may page
     assert monitor.collector_rounds() >= rounds + 8  # a round every 2 s went on meanwhile
 
 
@@ -59,7 +64,12 @@ def test_a_paused_broker_pages_a_heartbeat_timeout_that_resolves_on_resume(monit
     resolved = monitor.wait_alert("BrokerHeartbeatTimeout", "resolved", since_ms=start, broker_id=1, timeout_s=60)
     delay_line("resumed broker -> BrokerHeartbeatTimeout resolved", resumed, resolved)
     assert delay <= SESSION_MS + PENDING_MS + 2 * COLLECT_MS + JOB_SLACK_MS
-    assert [p for p in monitor.pages(start) if p[0] != "BrokerHeartbeatTimeout"] == []
+    # The pause is broker 1's timeout and nothing else about liveness. Metadata staleness is left
+    # out on purpose: a resumed broker answers from its old image until it has caught up, and on
+    # a loaded machine a peer's metadata apply can stall for seconds (seen in CI: 14 s); the
+    # collector then reports stale answers truthfully.
+    assert [p for p in monitor.pages(start) if p[0] not in ("BrokerHeartbeatTimeout", *STALENESS)] == []
+    assert {p[1]["broker_id"] for p in monitor.pages(start) if p[0] == "BrokerHeartbeatTimeout"} == {"1"}
 
 
 def test_a_broker_cut_off_from_the_controller_pages_timeout_lag_and_stale_answers_and_heals(monitor):
