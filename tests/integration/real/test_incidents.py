@@ -156,7 +156,7 @@ def test_an_old_process_resumed_after_its_id_registered_again_is_an_incarnation_
         delay_line("old process resumed after its id registered again -> BrokerIncarnationRegression", resumed,
                    regression)
         assert {p[0] for p in monitor.pages(start)} <= {"BrokerHeartbeatTimeout", "BrokerIncarnationRegression",
-                                                          "DuplicateBrokerId"}
+                                                          "DuplicateBrokerId", *STALENESS}
     finally:
         c.resume(1)
         if second is not None:
