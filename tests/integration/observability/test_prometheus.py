@@ -45,7 +45,7 @@ def test_scrapes_the_job_and_loads_the_meta_rules(prometheus, metrics_server):
     assert [s["metric"]["state"] for s in state] == ["ACTIVE"]
     assert rules_loaded(prometheus) == {"EpochwatchDown", "EpochwatchStalled", "EpochwatchFallingBehind",
                                         "EpochwatchDeadLetters", "EpochwatchAlertDeliveryBacklog",
-                                        "EpochwatchCollectorDown"}
+                                        "EpochwatchCollectorDown", "EpochwatchSourceDataLoss"}
     # a healthy job: after several evaluations nothing is pending
     wait_until(lambda: query(prometheus, 'count_over_time(epochwatch_up{job="epochwatch"}[1m]) >= 3'), timeout_s=30,
                what="three scrapes")
