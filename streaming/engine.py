@@ -26,6 +26,7 @@ from streaming.rules.records import NO_TIME, first_after
 
 KINDS = ("brokers", "clients", "nodes", "commits")
 TABLES = {"brokers": BrokerFleet, "clients": ClientShard, "nodes": NodeTable, "commits": CommitShard}
+RESET_SUMMARY = "reset"   # the summary of a key that a cluster_reset emptied
 ENTITY_LABEL = {"brokers": "broker_id", "clients": "client_id", "nodes": "node_id"}
 
 
@@ -173,6 +174,9 @@ class KeyEngine:
         as the rules no longer find their conditions; later events start afresh."""
         self.table = TABLES[self.kind](self.cluster_id, self.settings)
         self._evaluate(now, out)
+        # the metrics sink drops the cluster's series (streaming.metrics.Metrics.forget_cluster)
+        out.summaries.append({"cluster_id": self.cluster_id, "kind": RESET_SUMMARY, "key_kind": self.kind,
+                              "shard": self.shard, "at_ms": now})
 
     def _evaluate(self, now: int, out: StepResult) -> None:
         table = self.table
@@ -214,11 +218,15 @@ class KeyEngine:
 
     def _report(self, out: StepResult, now: int) -> None:
         table = self.table
-        if isinstance(table, BrokerFleet):
+        # a key that forgot everything in this step and learned nothing since reports nothing:
+        # its summary would only bring back the series the reset dropped
+        forgotten = (any(s["kind"] == RESET_SUMMARY for s in out.summaries)
+                     and not getattr(table, self.kind))
+        if isinstance(table, BrokerFleet) and not forgotten:
             out.status.extend(table.status_rows(table.touched))
             out.summaries.append({"cluster_id": self.cluster_id, "kind": "cluster",
                                   "metadata_epoch": table.cluster.newest_epoch})
-        elif isinstance(table, ClientShard):
+        elif isinstance(table, ClientShard) and not forgotten:
             stale, overdue = table.summary(now)
             out.summaries.append({"cluster_id": self.cluster_id, "kind": "clients", "shard": self.shard,
                                   "stale_clients": stale, "overdue_clients": overdue})

@@ -15,6 +15,7 @@ from typing import Iterable, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from streaming.engine import RESET_SUMMARY
 from streaming.events import BROKER_STATES
 from streaming.packs import INPUT_METRIC
 from streaming.refusals import Refusals
@@ -218,6 +219,25 @@ class Metrics:
         self.clients_stale.labels(cluster_id).set(sum(s for s, _ in shards))
         self.clients_overdue.labels(cluster_id).set(sum(o for _, o in shards))
 
+    def forget_cluster(self, cluster_id: str) -> None:
+        """Drop every series of a cluster (epochwatch reset-cluster): the job forgot it, so its
+        brokers' gauges, client counts and resolved alerts' gauges would otherwise stay exposed
+        for good (a forged cluster id would keep its series forever). Alerts still firing keep
+        theirs: one that fired after the reset is live."""
+        with self._brokers.lock:
+            for key in [k for k in self._brokers.rows if k[0] == cluster_id]:
+                del self._brokers.rows[key]
+        for key in [k for k in self._client_shards if k[0] == cluster_id]:
+            del self._client_shards[key]
+        for gauge in (self.cluster_metadata_epoch, self.clients_stale, self.clients_overdue):
+            gauge.remove(cluster_id)
+        with self._alerts_lock:
+            live = set(self._firing.values())
+            for sample in self.alerts_firing.collect()[0].samples:
+                key = (sample.labels["cluster"], sample.labels["alertname"], sample.labels["severity"])
+                if key[0] == cluster_id and key not in live:
+                    self.alerts_firing.remove(*key)
+
     def observe_late(self, batch_id: int, events: int) -> None:
         if events > 0:
             self.late_events.inc(events)
@@ -236,7 +256,9 @@ class Metrics:
 
     def write(self, batch) -> None:
         """Dispatcher sink (``streaming.dispatch``): everything an OutputBatch carries for metrics."""
-        self.observe_alerts(batch.alerts)
+        self.observe_alerts(batch.alerts)   # first: a reset's resolutions bring its gauges to 0
+        for cluster_id in {s["cluster_id"] for s in batch.summaries if s.get("kind") == RESET_SUMMARY}:
+            self.forget_cluster(cluster_id)   # before the rows of what the cluster sent after it
         self.observe_broker_status(batch.broker_status)
         for summary in batch.summaries:
             if summary.get("kind") == "cluster" and summary.get("metadata_epoch") is not None:
