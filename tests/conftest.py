@@ -1,4 +1,4 @@
-"""Shared fixtures: the real embedded broker (session), topic and Spark factories.
+"""Shared fixtures: a real Apache Kafka broker (session), topic and Spark factories.
 
 Fixtures are factories in the quixstreams style; nothing here mocks Kafka.
 """
@@ -10,15 +10,18 @@ import uuid
 
 import pytest
 
-from streaming.embedded import EmbeddedBroker, create_topics
+from streaming.embedded import create_topics
+from streaming.tools.kafka_cluster import KafkaCluster
 
 pytest_plugins = ["tests.support.kafka"]  # kafka_cluster, kafka_cluster_factory
 
 
 @pytest.fixture(scope="session")
-def broker():
-    with EmbeddedBroker() as b:
-        yield b
+def broker(tmp_path_factory):
+    """Apache Kafka (KRaft: one controller, one broker, ~8 s to start) for every test that reads or
+    writes Kafka: the source, the sink and the job are tested on the broker users run."""
+    with KafkaCluster(tmp_path_factory.mktemp("broker"), controllers=1, brokers=1) as cluster:
+        yield cluster
 
 
 @pytest.fixture

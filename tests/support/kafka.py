@@ -6,13 +6,17 @@ tests/ (registered in tests/conftest.py through pytest_plugins).
 - kafka_cluster_factory(controllers=1, brokers=3, **KafkaCluster kwargs): a started cluster of
   the test's own, stopped at teardown, for tests that break things. A cluster starts in ~10 s:
   ask for the fewest nodes the test needs.
+- recreate_topic(bootstrap, topic, partitions): delete a topic and create it again (a new topic
+  id, offsets from 0), the way an operator loses a topic's data.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from streaming.embedded import create_topics
 from streaming.tools.kafka_cluster import KafkaCluster
+from tests.helpers import wait_until
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +39,12 @@ def kafka_cluster_factory(tmp_path_factory):
     yield make
     for cluster in clusters:
         cluster.stop()
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30, what=f"{topic} deleted")
+    create_topics(bootstrap, {topic: partitions})

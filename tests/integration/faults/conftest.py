@@ -1,16 +1,15 @@
 """Fault-injection fixtures: the job as a real `epochwatch run` process, tails of output topics,
-a broker of the test's own on a fixed port, and a report of what was measured."""
+a Kafka cluster of the test's own (one controller, one broker) to pause, and a report of what was
+measured."""
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
 
-from streaming.embedded import EmbeddedBroker, free_port
-from tests.integration.faults.support import JobProcess, TopicTail, broker_pid
+from streaming.embedded import free_port
+from tests.integration.faults.support import JobProcess, TopicTail
 
 
 @pytest.fixture
@@ -42,16 +41,10 @@ def tail_factory():
 
 
 @pytest.fixture
-def own_broker(tmp_path):
-    """A broker only this test uses, on a port fixed for the test's life (restartable there)."""
-    broker = EmbeddedBroker(port=free_port(), log_path=tmp_path / "tansu.log")
-    broker.start()
-    yield broker
-    pid = broker_pid(broker)
-    if pid is not None:
-        # SIGKILL: tansu waits 5 s for connected clients on SIGTERM, and a paused one never exits
-        os.kill(pid, signal.SIGKILL)
-    broker.stop()
+def own_broker(kafka_cluster_factory):
+    """Apache Kafka only this test uses (one controller, one broker: support.OWN_BROKER), to pause,
+    kill or restart; its ports stay the same across restarts. Stopped at teardown, paused or not."""
+    return kafka_cluster_factory(controllers=1, brokers=1)
 
 
 MEASURED: list[str] = []

@@ -18,6 +18,7 @@ import yaml
 from tests.helpers import wait_until
 
 TICK_MS = 50   # LiveTelemetry's clock tick
+OWN_BROKER = 1  # the node id of the own_broker fixture's only broker: own_broker.pause(OWN_BROKER)
 BATCH_LINE = re.compile(r"epochwatch: batch (\d+): (\d+) events, .*, lag (\d+), state rows \d+, late (\d+)")
 
 
@@ -155,12 +156,6 @@ class TopicTail:
         self._consumer.close()
 
 
-def broker_pid(broker) -> int | None:
-    """The tansu process id of an EmbeddedBroker (to SIGSTOP / SIGCONT it); None when stopped."""
-    proc = broker._proc   # EmbeddedBroker has no public pid / pause(): see the faults report
-    return proc.pid if proc is not None and proc.poll() is None else None
-
-
 class LiveTelemetry:
     """Cluster telemetry at wall-clock time from a background thread: every broker not silenced
     heartbeats every ``heartbeat_ms``, every client reports a metadata response every
@@ -201,20 +196,9 @@ class LiveTelemetry:
         """Stop all telemetry; returns how many records were produced, all acknowledged."""
         with self._tick_lock:
             self.held = True
-        self._flush_with_single_tails(timeout_s)
+        if self._producer.flush(timeout_s):
+            raise AssertionError(f"telemetry not acknowledged within {timeout_s} s")
         return self.produced
-
-    def _flush_with_single_tails(self, timeout_s: float) -> None:
-        """Flush, then produce each live broker's last record alone: tansu reports a partition's
-        end offset as the start of its last stored batch + 1, so ending every partition with a
-        batch of one makes the end offsets the job sees exact (shared/notes/tansu.md)."""
-        from tests.unit.rules.builders import hb
-
-        for broker in [None, *[b for b in self.brokers if b not in self.silent]]:
-            if broker is not None:
-                self._produce(hb(int(time.time() * 1000), broker))
-            if self._producer.flush(timeout_s):
-                raise AssertionError(f"telemetry not acknowledged within {timeout_s} s")
 
     def release(self) -> None:
         self.held = False

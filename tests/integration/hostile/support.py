@@ -41,14 +41,11 @@ def run_to_end(spark, settings: config.Settings, sinks: list, timeout_s: float =
 
 
 def write_events(bootstrap: str, topic: str, events: list[dict], **client) -> None:
-    """Events in the Confluent wire format, the last one alone: tansu reports a partition's end
-    offset as the start of its last stored batch + 1, so a job with availableNow would stop
-    before the rest of that batch (shared/notes/tansu.md)."""
+    """Events in the Confluent wire format, acknowledged before returning."""
     from streaming.simulate.writers import KafkaEventWriter
 
     with KafkaEventWriter(bootstrap, topic, progress=None, client=client or None) as writer:
-        writer.write(events[:-1])
-        writer.write(events[-1:])
+        writer.write(events)
 
 
 def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]], **client) -> None:

@@ -1,10 +1,8 @@
 """Helpers for the Kafka source / sink tests: produce real records, run queries with deadlines.
 (Imported by the test modules of this folder; the fixtures are in conftest.py.)
 
-Loads always end with one record produced and flushed on its own ("sealed"): tansu reports the
-high watermark as the start of the last stored batch + 1, and a single-record last batch makes
-that the true end (a real Kafka needs no such care). Expectations come from what was produced
-(delivery reports give each record's partition and offset), never from the broker's watermarks.
+Expectations come from what was produced (delivery reports give each record's partition and
+offset), never from the broker's watermarks.
 """
 
 from __future__ import annotations
@@ -30,10 +28,8 @@ class Produced:
     value: bytes | None
 
 
-def produce(bootstrap: str, topic: str, records, partitions: int = 1, seal: bool = True) -> list[Produced]:
-    """Produce (key, value[, headers]) tuples round-robin over partitions; returns their coordinates.
-
-    With ``seal`` the last record of each partition is produced and flushed alone."""
+def produce(bootstrap: str, topic: str, records, partitions: int = 1) -> list[Produced]:
+    """Produce (key, value[, headers]) tuples round-robin over partitions; returns their coordinates."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10, "enable.idempotence": True})
     delivered: list[Produced] = []
 
@@ -44,16 +40,11 @@ def produce(bootstrap: str, topic: str, records, partitions: int = 1, seal: bool
     records = list(records)
     by_partition = {p: records[p::partitions] for p in range(partitions)}
     for partition, items in by_partition.items():
-        bulk, last = (items[:-1], items[-1:]) if seal else (items, [])
-        for key, value, *headers in bulk:
+        for key, value, *headers in items:
             producer.produce(topic, key=key, value=value, partition=partition, headers=headers[0] if headers else None,
                              on_delivery=on_delivery)
             producer.poll(0)
-        producer.flush(30)
-        for key, value, *headers in last:
-            producer.produce(topic, key=key, value=value, partition=partition, headers=headers[0] if headers else None,
-                             on_delivery=on_delivery)
-            producer.flush(30)
+    producer.flush(30)
     assert len(delivered) == len(records)
     return delivered
 

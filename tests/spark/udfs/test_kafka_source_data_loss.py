@@ -7,12 +7,11 @@ import json
 import time
 
 import pytest
-from confluent_kafka.admin import AdminClient
 from kafka_io_support import kafka_stream, produce, run_available_now
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from streaming.embedded import create_topics
-from tests.helpers import wait_until
+from tests.support.kafka import recreate_topic
 from udfs.kafka_options import parse_source_options
 from udfs.kafka_source import KafkaStreamReader
 from udfs.offsets import parse_source_offset
@@ -25,13 +24,6 @@ def records(n: int, prefix: str = "r"):
     return [(f"{prefix}-{i}".encode(), f"{prefix}-value-{i}".encode()) for i in range(n)]
 
 
-def recreate(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_topics([topic])[topic].result(30)
-    wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, 30, what=f"{topic} deleted")
-    create_topics(bootstrap, {topic: partitions})
-
-
 def test_recreated_topic_fails_the_query_or_continues_from_earliest(spark, bootstrap, topic_factory,
                                                                    tmp_checkpoint):
     topic = topic_factory(partitions=1)
@@ -40,7 +32,7 @@ def test_recreated_topic_fails_the_query_or_continues_from_earliest(spark, boots
                                        failOnDataLoss=fail).select("key")
     collected, _ = run_available_now(stream("true"), tmp_checkpoint)
     assert len(collected.rows) == 50
-    recreate(bootstrap, topic, 1)
+    recreate_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, records(10, "after"))  # offsets 0..9 < the checkpoint's 50
 
     with pytest.raises(Exception) as failure:
@@ -146,7 +138,7 @@ def test_data_loss_the_job_continues_past_is_counted_in_a_metric(spark, bootstra
     for progress in run_job():
         metrics.observe_progress(progress)
     assert metrics.data_loss._value.get() == 0
-    recreate(bootstrap, topic, 1)
+    recreate_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, [(event_key(ev).encode(), avro_codec.encode(ev)) for ev in beats[:5]])
     for progress in run_job():
         metrics.observe_progress(progress)
