@@ -19,6 +19,13 @@ from udfs.kafka_retry import call_with_retry, is_permanent, kafka_error, log
 from udfs.offsets import TopicPartition
 
 _GONE = (3, -190)  # UNKNOWN_TOPIC_OR_PART, _UNKNOWN_PARTITION
+# Answers that say the client's idea of a partition's leader is out of date: LEADER_NOT_AVAILABLE,
+# NOT_LEADER_OR_FOLLOWER, REPLICA_NOT_AVAILABLE, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, _NOENT
+# ("no leaders found"). librdkafka's AdminClient does not refresh its metadata on them: once a
+# leader's epoch moved on (a leader elected again, a broker fenced and back), its ListOffsets
+# carried the old epoch and got FENCED_LEADER_EPOCH forever (seen on Kafka 4.1.2; Java's client
+# refreshes, KAFKA-9535). A new client starts from fresh metadata.
+_STALE_LEADER = (5, 6, 9, 74, 75, -156)
 _NO_TOPIC_IDS = (35, -165)  # UNSUPPORTED_VERSION, _UNSUPPORTED_FEATURE: a broker older than KIP-516
 
 
@@ -145,6 +152,8 @@ class BrokerOffsets:
             try:
                 found[(tp.topic, tp.partition)] = future.result(timeout=timeout_s).offset
             except KafkaException as exc:  # e.g. the topic was deleted since it was listed
+                if _code(exc) in _STALE_LEADER:
+                    self._admin = None   # the retry asks with a new client, on fresh metadata
                 if _code(exc) not in _GONE:
                     raise
         return found
