@@ -143,3 +143,50 @@ def test_data_loss_the_job_continues_past_is_counted_in_a_metric(spark, bootstra
     for progress in run_job():
         metrics.observe_progress(progress)
     assert metrics.data_loss._value.get() == 1, "the re-created topic: one loss, counted once"
+
+
+def delete_records_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
+    """What retention does to records older than retention.ms: the log start moves to ``offset``."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    [future] = admin.delete_records([TopicPartition(topic, partition, offset)]).values()
+    assert future.result(30).low_watermark == offset
+
+
+def test_records_deleted_before_they_were_planned_are_data_loss(bootstrap, topic_factory):
+    """The job read 5 of 20 records; retention deletes the first 15 before the next batch is
+    planned: records 5..14 are lost. failOnDataLoss=true fails naming the fix; false continues
+    from the log start (15), and the planner counts the loss."""
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, records(20))
+    delete_records_before(bootstrap, topic, 0, 15)
+
+    strict = reader(bootstrap, topic)
+    with pytest.raises(DataLossError, match="failOnDataLoss=false"):
+        strict.partitions({topic: {"0": 5}}, {topic: {"0": 20}})
+    strict.stop()
+    lenient = reader(bootstrap, topic, failOnDataLoss="false", output="packs", decode="avro")
+    planned = lenient.partitions({topic: {"0": 5}}, {topic: {"0": 20}})
+    lenient.stop()
+    assert [(s.start, s.end) for p in planned for s in p.spans] == [(15, 20)]
+    assert sum(p.losses for p in planned) == 1, "one loss, carried to the job's metrics"
+
+
+def test_records_deleted_after_planning_fail_the_read_or_are_skipped(bootstrap, topic_factory):
+    """Retention can also run between planning and reading: the range 5..20 was planned, the log
+    start is 15 when the executor reads. failOnDataLoss=true fails the task naming the offsets;
+    false reads 15..19 and nothing before."""
+    topic = topic_factory(partitions=1)
+    produce(bootstrap, topic, records(20))
+    strict = reader(bootstrap, topic)
+    [planned] = strict.partitions({topic: {"0": 5}}, {topic: {"0": 20}})
+    lenient = reader(bootstrap, topic, failOnDataLoss="false")
+    [planned_lenient] = lenient.partitions({topic: {"0": 5}}, {topic: {"0": 20}})
+    delete_records_before(bootstrap, topic, 0, 15)
+
+    with pytest.raises(DataLossError, match=f"{topic}-0 offset 5"):
+        list(strict.read(planned))
+    offsets = [o for b in lenient.read(planned_lenient) for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(15, 20))

@@ -145,3 +145,33 @@ def test_subscribe_pattern_picks_up_a_new_topic_from_its_earliest_offset(spark, 
     finally:
         query.stop()
     assert sorted(collector.rows) == coordinates(before + after)
+
+
+def test_partitions_added_to_a_topic_are_read_from_their_earliest_offset(spark, bootstrap, topic_factory,
+                                                                         tmp_checkpoint):
+    """A topic grown from 1 to 3 partitions while the query runs (kafka-topics --alter): the new
+    partitions are read from offset 0, so records produced to them before the source looked are
+    not skipped, and nothing is read twice."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    topic = topic_factory(partitions=1)
+    before = produce(bootstrap, topic, records(20))
+    collector = BatchCollector()
+    query = (kafka_stream(spark, bootstrap, subscribe=topic, startingOffsets="earliest")
+             .select("topic", "partition", "offset").writeStream.foreachBatch(collector)
+             .option("checkpointLocation", tmp_checkpoint).trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_until(lambda: len(collector.rows) == 20, QUERY_TIMEOUT_S, what="records of the first partition")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+        wait_until(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3, 30,
+                   what="the new partitions in the metadata")
+        after = produce(bootstrap, topic, records(30, "late"), partitions=3)
+        for _ in deadline_loop("records of the new partitions"):
+            query.processAllAvailable()
+            if len(collector.rows) >= 50:
+                break
+    finally:
+        query.stop()
+    assert {p.partition for p in after} == {0, 1, 2}
+    assert sorted(collector.rows) == coordinates(before + after)
