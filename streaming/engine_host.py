@@ -24,6 +24,8 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -32,7 +34,8 @@ import threading
 import time
 import traceback
 import uuid
-from multiprocessing.connection import Client, Connection, Listener
+from contextlib import contextmanager
+from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 
 from streaming.key_steps import KeySteps, StepOutput, StepRequest, StoredState
@@ -41,6 +44,15 @@ log = logging.getLogger(__name__)
 
 IDLE_EXIT_S = 300
 START_TIMEOUT_S = 60
+# A hung host (stopped, deadlocked, swapped out for good) must not stall the query: a step in
+# flight for PING_AFTER_S gets its host asked on a connection of its own, and a host that does not
+# answer within PING_TIMEOUT_S (it answers from another thread than its steps'), or a step still
+# in flight after STEP_MAX_S, is killed: the step's send or receive fails, the worker steps the
+# key itself, and the partition's next task starts a new host.
+CONNECT_TIMEOUT_S = 10
+PING_AFTER_S = 5
+PING_TIMEOUT_S = 10
+STEP_MAX_S = 600
 _MAX_SOCKET_PATH = 100  # AF_UNIX paths stop at 107 bytes
 
 
@@ -102,11 +114,14 @@ class HostedSteps:
             return IN_PROCESS.step(request, stored)
         try:
             conn = self._connection()
-            conn.send(("step", request, stored))
-            status, value = conn.recv()
+            with WATCH.in_flight(self.address):
+                conn.send(("step", request, stored))
+                status, value = conn.recv()
         except (OSError, EOFError) as exc:
             # The host's engines are only a cache: what the store holds is stepped here instead.
-            log.warning("engine host %s unreachable (%s); stepping in the Python worker", self.address, exc)
+            hung = WATCH.killed.pop(self.address, None) or (isinstance(exc, TimeoutError) and kill_host(self.address))
+            log.warning("engine host %s %s (%s); stepping in the Python worker", self.address,
+                        f"hung: {hung}" if hung else "unreachable", exc)
             self._drop()
             self.fallback = True
             return IN_PROCESS.step(request, stored)
@@ -139,11 +154,84 @@ class HostedSteps:
             conn.close()
 
 
-def _connect(address: str) -> Connection | None:
+def _connect(address: str, timeout_s: float | None = None) -> Connection | None:
+    """A connection to the host at ``address``; None when no host listens there. Raises
+    TimeoutError when one does but does not accept (hung: Client would wait for ever)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s or CONNECT_TIMEOUT_S)
     try:
-        return Client(address, family="AF_UNIX")
+        sock.connect(address)
     except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
         return None
+    except OSError:
+        sock.close()
+        raise
+    sock.settimeout(None)
+    return Connection(sock.detach())
+
+
+def answers(address: str, timeout_s: float) -> bool:
+    """Whether the host at ``address`` answers a ping within ``timeout_s`` (no host: True, there
+    is nothing hung to kill)."""
+    try:
+        conn = _connect(address, timeout_s)
+        if conn is None:
+            return True
+        with conn:
+            conn.send(("ping",))
+            return conn.poll(timeout_s) and conn.recv()[0] == "ok"
+    except (OSError, EOFError):
+        return False
+
+
+def kill_host(address: str) -> str | None:
+    """SIGKILL the host serving ``address`` (its pid file names it, its command line must name
+    the address: a pid may have been reused); what was done, or None."""
+    try:
+        pid = int(Path(address + ".pid").read_text())
+        if address not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+            return None
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, ValueError):
+        return None
+    return f"killed pid {pid}"
+
+
+class HostWatch:
+    """The steps in flight in this Python worker, watched from a thread of its own (started in
+    the process that steps: Spark forks workers from a daemon, and threads do not survive a fork)."""
+
+    def __init__(self, check_every_s: float = 1.0):
+        self.check_every_s = check_every_s
+        self.steps: dict[str, float] = {}   # address -> when its step was sent
+        self.killed: dict[str, str] = {}    # address -> what was done, for the step's warning
+        self._pid = None
+
+    @contextmanager
+    def in_flight(self, address: str):
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            threading.Thread(target=self._run, name="engine-host-watch", daemon=True).start()
+        self.steps[address] = time.monotonic()
+        try:
+            yield
+        finally:
+            self.steps.pop(address, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.check_every_s)
+            for address, sent in list(self.steps.items()):
+                waited = time.monotonic() - sent
+                if waited >= STEP_MAX_S or waited >= PING_AFTER_S and not answers(address, PING_TIMEOUT_S):
+                    if self.steps.get(address) == sent:   # not answered meanwhile
+                        done = kill_host(address)
+                        if done:
+                            self.killed[address] = f"{done} after {waited:.0f} s without an answer"
+
+
+WATCH = HostWatch()
 
 
 def start_host(address: str, owner: int) -> Connection:
@@ -188,6 +276,7 @@ class Host:
 
     def serve(self) -> None:
         listener = Listener(self.address, family="AF_UNIX")
+        Path(self.address + ".pid").write_text(str(os.getpid()))   # for kill_host
         threading.Thread(target=self._watch, args=(listener,), daemon=True).start()
         while True:
             conn = listener.accept()
@@ -201,8 +290,11 @@ class Host:
                 except (EOFError, OSError):
                     return
                 self.last_request = time.monotonic()
-                with self.lock:
-                    reply = self.handle(message)
+                if message[0] == "ping":   # without the lock: a long step must not look hung
+                    reply = ("ok", os.getpid())
+                else:
+                    with self.lock:
+                        reply = self.handle(message)
                 if reply is not None:
                     try:
                         conn.send(reply)
@@ -228,9 +320,9 @@ class Host:
             time.sleep(1)
         listener.close()  # removes the socket file
         if not _alive(self.owner):  # nobody will start this address's host again
-            for leftover in (self.address + ".lock", self.address + ".log"):
+            for leftover in (self.address + ".lock", self.address + ".log", self.address + ".pid"):
                 path = Path(leftover)
-                if path.exists() and (path.suffix == ".lock" or path.stat().st_size == 0):
+                if path.exists() and (path.suffix != ".log" or path.stat().st_size == 0):
                     path.unlink(missing_ok=True)
         os._exit(0)
 
@@ -240,14 +332,14 @@ def local_host_stats(spark) -> dict[int, dict]:
     (the engine was kept), ``loaded`` (built from the stored state), ``engines`` kept now."""
     (owner,) = spark.sparkContext.parallelize([0], 1).map(lambda _: os.getppid()).collect()
     stats = {}
-    for socket in Path(host_address(owner, 0)).parent.glob(f"{owner}-p*"):
-        if socket.suffix:  # .lock, .log
+    for address in Path(host_address(owner, 0)).parent.glob(f"{owner}-p*"):
+        if address.suffix:  # .lock, .log, .pid
             continue
-        conn = _connect(str(socket))
+        conn = _connect(str(address))
         if conn is not None:
             with conn:
                 conn.send(("stats",))
-                stats[int(socket.name.rsplit("-p", 1)[1])] = conn.recv()[1]
+                stats[int(address.name.rsplit("-p", 1)[1])] = conn.recv()[1]
     return stats
 
 
