@@ -26,6 +26,10 @@ _GONE = (3, -190)  # UNKNOWN_TOPIC_OR_PART, _UNKNOWN_PARTITION
 # carried the old epoch and got FENCED_LEADER_EPOCH forever (seen on Kafka 4.1.2; Java's client
 # refreshes, KAFKA-9535). A new client starts from fresh metadata.
 _STALE_LEADER = (5, 6, 9, 74, 75, -156)
+# A failed SASL handshake reaches list_topics only as its own timeout (fetchOffset.timeoutMs,
+# 30 s by default); the real cause comes through error_cb meanwhile. Asking in slices this long
+# lets a wrong password end the wait after about a second instead.
+_ERROR_CHECK_S = 1.0
 _NO_TOPIC_IDS = (35, -165)  # UNSUPPORTED_VERSION, _UNSUPPORTED_FEATURE: a broker older than KIP-516
 
 
@@ -79,7 +83,7 @@ class BrokerOffsets:
     def _list_partitions(self, timeout_s: float) -> list[TopicPartition]:
         from confluent_kafka import KafkaException
 
-        metadata = self._client().list_topics(timeout=timeout_s)
+        metadata = self._metadata(timeout_s)
         found: list[TopicPartition] = []
         for name, topic in metadata.topics.items():
             if not self._options.matches(name) or name.startswith("__"):
@@ -92,6 +96,19 @@ class BrokerOffsets:
                 if not self._options.assign or (name, partition) in self._options.assign:
                     found.append((name, partition))
         return sorted(found)
+
+    def _metadata(self, timeout_s: float):
+        """list_topics within timeout_s, stopping early when the client reported a permanent error."""
+        from confluent_kafka import KafkaException
+
+        deadline = self._clock() + timeout_s
+        while True:
+            left = deadline - self._clock()
+            try:
+                return self._client().list_topics(timeout=max(0.001, min(_ERROR_CHECK_S, left)))
+            except KafkaException:
+                if left <= _ERROR_CHECK_S or self._blocking_error() is not None:
+                    raise   # call_with_retry sees the reported error and names its fix
 
     def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
         """Topic name -> topic id (KIP-516): a re-created topic gets a new one. Topics deleted

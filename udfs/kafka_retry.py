@@ -4,8 +4,8 @@ its clock and sleep as arguments.
 
 librdkafka marks almost nothing ``retriable()`` on the admin path (a timed-out metadata request is
 ``_TIMED_OUT``, a refused connection ``_TRANSPORT`` or ``_NOENT`` "no leaders found"), so transient
-errors are listed by code. A failed SASL handshake also reaches the request as ``_TRANSPORT``:
-the real cause only arrives through the client's ``error_cb``, which callers pass in as
+errors are listed by code. A failed SASL handshake also reaches the request as ``_TRANSPORT`` or
+as its timeout: the real cause only arrives through the client's ``error_cb``, which callers pass in as
 ``blocking_error`` so that a wrong password fails at once instead of being retried forever.
 """
 

@@ -71,10 +71,12 @@ class KafkaNode:
     metrics_port: int
     relays: dict[int, Relay] = field(default_factory=dict)    # broker: controller id -> relay
     link_ports: dict[int, int] = field(default_factory=dict)  # controller: broker id -> its listener
+    sasl_port: int | None = None  # a broker's SASL_PLAINTEXT listener (KafkaCluster(sasl_users=...))
     proc: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:  # a node keeps its ports and dir across restarts
         self.address = f"{LOOPBACK}:{self.port}"
+        self.sasl_address = None if self.sasl_port is None else f"{LOOPBACK}:{self.sasl_port}"
         self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
         self.log_path = self.dir / "server.log"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -115,12 +117,16 @@ class KafkaCluster:
     """Controllers and brokers as separate JVMs; a context manager, or start() / stop()."""
 
     def __init__(self, workdir: Path | str, controllers: int = 1, brokers: int = 3,
-                 broker_overrides: dict[str, object] | None = None, heap: str = "256m"):
+                 broker_overrides: dict[str, object] | None = None, heap: str = "256m",
+                 sasl_users: dict[str, str] | None = None):
+        """sasl_users (user -> password): every broker also listens with SASL_PLAINTEXT and the
+        PLAIN mechanism (sasl_bootstrap_servers), next to its plaintext listener."""
         if not 1 <= controllers <= len(CONTROLLER_IDS) or brokers < 1:
             raise ValueError(f"1..3 controllers and at least one broker, not {controllers} and {brokers}")
         self.workdir = Path(workdir)
         self.heap = heap
         self.broker_overrides = dict(broker_overrides or {})
+        self.sasl_users = dict(sasl_users or {})
         self.controller_ids = list(CONTROLLER_IDS[:controllers])
         self.broker_ids = list(range(1, brokers + 1))
         self.cluster_id = _random_cluster_id()
@@ -165,6 +171,12 @@ class KafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(self._nodes[b].address for b in self.broker_ids)
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        if not self.sasl_users:
+            raise KafkaClusterError("no SASL listener: start the cluster with sasl_users={user: password}")
+        return ",".join(self._nodes[b].sasl_address for b in self.broker_ids)
 
     @property
     def metrics_urls(self) -> dict[int, str]:
@@ -290,7 +302,8 @@ class KafkaCluster:
                                     + "\n".join(self._nodes[b].log_tail() for b in sorted(missing)))
 
     def _new_node(self, node_id: int, role: str, dirname: object) -> KafkaNode:
-        return KafkaNode(node_id, role, self.workdir / str(dirname), free_port(), free_port())
+        sasl_port = free_port() if role == "broker" and self.sasl_users else None
+        return KafkaNode(node_id, role, self.workdir / str(dirname), free_port(), free_port(), sasl_port=sasl_port)
 
     def _write_config(self, node: KafkaNode) -> None:
         """Brokers reach the controllers only through their relays. A broker learns controller
@@ -304,7 +317,8 @@ class KafkaCluster:
             "node.id": node.node_id,
             "process.roles": node.role,
             "listener.security.protocol.map": ",".join(
-                f"{name}:PLAINTEXT" for name in ["CONTROLLER", "PLAINTEXT", *relayed.values()]),
+                [f"{name}:PLAINTEXT" for name in ["CONTROLLER", "PLAINTEXT", *relayed.values()]]
+                + (["SASL:SASL_PLAINTEXT"] if self.sasl_users else [])),
             "log.dirs": node.dir / "data",
             # a few threads per JVM: up to six JVMs share two cores
             "num.network.threads": 2, "num.io.threads": 2, "background.threads": 2,
@@ -327,9 +341,10 @@ class KafkaCluster:
             config.update({
                 "controller.quorum.voters": ",".join(f"{c}@{r.address}" for c, r in relays.items()),
                 "controller.listener.names": relayed[node.node_id],
-                "listeners": f"PLAINTEXT://{node.address}",
-                "advertised.listeners": f"PLAINTEXT://{node.address}",
+                "listeners": self._client_listeners(node),
+                "advertised.listeners": self._client_listeners(node),
                 "inter.broker.listener.name": "PLAINTEXT",
+                **self._sasl_config(),
                 "offsets.topic.replication.factor": replicas,
                 "transaction.state.log.replication.factor": replicas,
                 "transaction.state.log.min.isr": min(2, replicas),
@@ -337,6 +352,17 @@ class KafkaCluster:
                 **self.broker_overrides,
             })
         (node.dir / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+
+    def _client_listeners(self, node: KafkaNode) -> str:
+        return ",".join([f"PLAINTEXT://{node.address}", *([f"SASL://{node.sasl_address}"] if node.sasl_port else [])])
+
+    def _sasl_config(self) -> dict[str, str]:
+        if not self.sasl_users:
+            return {}
+        users = " ".join(f'user_{user}="{password}"' for user, password in self.sasl_users.items())
+        return {"sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.sasl.plain.sasl.jaas.config":
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"}
 
     def _java(self, node: KafkaNode, classpath: str, main: list[str], log: Path, agent: bool) -> list[str]:
         agent_flag = [f"-javaagent:{kafka_lib() / AGENT_JAR}={LOOPBACK}:{node.metrics_port}:"

@@ -150,8 +150,9 @@ def test_permanent_errors_fail_at_once_with_the_fix():
 
 
 def test_an_authentication_failure_reported_beside_the_request_stops_the_wait():
-    """A failed SASL handshake reaches list_topics as _TRANSPORT (measured against tansu): only the
-    client's error_cb says _AUTHENTICATION."""
+    """A failed SASL handshake reaches list_topics as _TRANSPORT or its own timeout (measured
+    against tansu and Kafka 4.1.2): only the client's error_cb says _AUTHENTICATION. On the real
+    broker: tests/integration/kafka/test_sasl.py."""
     time_ = FakeTime()
     attempt, timeouts = flaky(time_, [err(KafkaError._TRANSPORT)] * 10)
     reported = KafkaError(KafkaError._AUTHENTICATION, "SASL PLAIN mechanism handshake failed")

@@ -164,7 +164,7 @@ def test_group_ranges_balances_records_across_tasks():
         assert g == sorted(g, key=lambda r: r.partition), "a task reads its ranges in partition order"
 
 
-OLD_ID, NEW_ID = "AaH9i1xncdOMlI3HdZ4m9Q", "AaH9i5evd1O9LLxUW5k+bA"   # ids tansu gave one topic before/after a restart
+OLD_ID, NEW_ID = "AaH9i1xncdOMlI3HdZ4m9Q", "AaH9i5evd1O9LLxUW5k+bA"   # one topic's ids before / after it was re-created
 
 
 def test_topic_ids_ride_along_in_the_same_deterministic_text():
