@@ -11,6 +11,11 @@ from typing import Mapping
 
 from streaming.spark_home import use_zipless_home
 
+# local[cores, task attempts]: plain local[N] tries each task once, so one Python worker killed
+# (the OOM killer, a segfault) failed its micro-batch and ended the query; cluster masters retry
+# a task 4 times (spark.task.maxFailures), and so does this.
+LOCAL_TASK_ATTEMPTS = 4
+DEFAULT_MASTER = f"local[2,{LOCAL_TASK_ATTEMPTS}]"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 
@@ -50,7 +55,7 @@ def build_session(app_name: str = "epochwatch", master: str | None = None, conf:
 
     builder = SparkSession.builder.appName(app_name)
     if master or not os.environ.get("SPARK_MASTER_SET_BY_SUBMIT"):
-        master = master or os.environ.get("EPOCHWATCH_SPARK_MASTER", "local[2]")
+        master = with_task_retries(master or os.environ.get("EPOCHWATCH_SPARK_MASTER", DEFAULT_MASTER))
         builder = builder.master(master)
     for key, value in session_conf(master, conf).items():
         builder = builder.config(key, value)
@@ -66,6 +71,15 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> d
     master given here gets 4."""
     partitions = {} if master is None else {"spark.sql.shuffle.partitions": str(local_cores(master) or 4)}
     return {**DEFAULTS, **partitions, **(conf or {})}
+
+
+def with_task_retries(master: str) -> str:
+    """A local master that retries failed tasks: ``local[N]`` becomes ``local[N,4]``; a master that
+    says how many attempts it wants, or a cluster's, is kept as given."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master.strip())
+    if not match:
+        return master
+    return f"local[{match[1] or 1},{LOCAL_TASK_ATTEMPTS}]"
 
 
 def local_cores(master: str) -> int | None:

@@ -30,3 +30,19 @@ def test_the_session_gets_one_state_partition_per_local_core_unless_told_otherwi
     told = session_conf("local[2]", {"spark.sql.shuffle.partitions": "8"})
     assert told["spark.sql.shuffle.partitions"] == "8"
     assert told["spark.python.daemon.module"] == "udfs.worker_daemon"
+
+
+RETRIES = [
+    ("local[2]", "local[2,4]", "plain local[N] tries a task once: one crashed Python worker ended the query"),
+    ("local", "local[1,4]", "local means one core"),
+    ("local[*]", "local[*,4]", "every core, retried"),
+    ("local[2,1]", "local[2,1]", "an operator who asks for one attempt gets one"),
+    ("yarn", "yarn", "cluster masters retry tasks already (spark.task.maxFailures)"),
+]
+
+
+@pytest.mark.parametrize("master, expected, why", RETRIES)
+def test_local_masters_retry_failed_tasks(master, expected, why):
+    from streaming.spark_session import with_task_retries
+
+    assert with_task_retries(master) == expected, why
