@@ -71,6 +71,16 @@ class KafkaSettings:
     def __repr__(self) -> str:  # sasl.password, ssl.*, registry userinfo: never in a log line
         return redacted_repr(self)
 
+    def retry_policy(self):
+        """How the job's own Kafka clients (sinks, the alert history read) wait out an unreachable
+        broker: the source's settings, so that one setting bounds every wait."""
+        from udfs.kafka_retry import RetryPolicy
+
+        default = RetryPolicy()
+        return RetryPolicy(retry_interval_ms=self.retry_interval_ms or default.retry_interval_ms,
+                           attempt_timeout_ms=self.request_timeout_ms or default.attempt_timeout_ms,
+                           max_wait_ms=self.broker_max_wait_ms)
+
     def source_options(self) -> dict[str, str]:
         """The set ones of the keys that are Kafka source options of the same name."""
         return {f.metadata["yaml"]: str(getattr(self, f.name)) for f in fields(self)

@@ -77,9 +77,12 @@ class KafkaOutputSink:
         k = settings.kafka
         client = {**dict(k.client), "bootstrap.servers": k.bootstrap_servers}
         self.alerts_topic = k.alerts_topic
+        # a broker away while a batch flushes is waited out as the source does (kafka.fetchOffset.*,
+        # kafka.brokerUnavailable.maxWaitMs), not a failed batch that ends the query
         self.producer = EventProducer(k.bootstrap_servers, k.client,
-                                      encoding="avro" if k.encoding == "confluent" else "avro-schemaless")
-        self.dead_letters = DeadLetterPublisher(client, k.dlq_topic)
+                                      encoding="avro" if k.encoding == "confluent" else "avro-schemaless",
+                                      retry=k.retry_policy(), what=f"producing alert records to {k.alerts_topic}")
+        self.dead_letters = DeadLetterPublisher(client, k.dlq_topic, retry=k.retry_policy())
 
     def write(self, batch: OutputBatch) -> None:
         from udfs.dead_letters import DeadLetter
@@ -101,46 +104,6 @@ class KafkaOutputSink:
         # drop the librdkafka handles now, not at garbage collection, so that they stop
         # reconnecting (and logging) once the job is done
         self.producer = self.dead_letters = None
-
-
-def read_alert_history(settings: Settings, idle_s: float = 1.0, timeout_s: float = 60.0) -> list[dict]:
-    """Every alert record in the alerts topic (the durable record), decoded; after a restart the
-    latest state per fingerprint seeds Alertmanager delivery and the firing gauges."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    from udfs import avro_codec
-
-    k = settings.kafka
-    consumer = Consumer({**dict(k.client), "bootstrap.servers": k.bootstrap_servers,
-                         "group.id": "epochwatch-alert-history", "enable.auto.commit": False})
-    try:
-        topic = consumer.list_topics(k.alerts_topic, timeout=30).topics.get(k.alerts_topic)
-        if topic is None or topic.error is not None or not topic.partitions:
-            return []
-        parts = [TopicPartition(k.alerts_topic, p, OFFSET_BEGINNING) for p in topic.partitions]
-        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=30)[1] for p in parts}
-        consumer.assign(parts)
-        records, positions = [], {p: -1 for p in ends}
-        deadline, idle_since = time.monotonic() + timeout_s, time.monotonic()
-        while time.monotonic() < deadline:
-            done = all(positions[p] + 1 >= end for p, end in ends.items())
-            if done and time.monotonic() - idle_since >= idle_s:
-                break
-            batch = consumer.consume(1000, timeout=0.2)
-            if batch:
-                idle_since = time.monotonic()
-            for msg in batch:
-                if msg.error() is not None:
-                    continue
-                positions[msg.partition()] = msg.offset()
-                try:
-                    records.append(avro_codec.decode(msg.value()))
-                except avro_codec.DecodeError as exc:
-                    log.warning("alerts topic record %s/%s@%s is not an alert: %s",
-                                msg.topic(), msg.partition(), msg.offset(), exc)
-        return [r for r in records if r.get("event_type") == "alert"]
-    finally:
-        consumer.close()
 
 
 class ProgressListener(StreamingQueryListener):

@@ -123,8 +123,10 @@ def headers_to_dict(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[
 class DeadLetterPublisher:
     """Produces dead letters to one topic; keep one per job (or per task) and call publish()."""
 
-    def __init__(self, client_settings: Mapping[str, str], topic: str):
+    def __init__(self, client_settings: Mapping[str, str], topic: str, retry=None):
+        """``retry`` (udfs.kafka_retry.RetryPolicy): flush() waits out an unreachable broker."""
         self.topic = topic
+        self._retry = retry
         self._settings = dict(client_settings)
         # made at the first dead letter: every read task of the live job has a publisher, and
         # most never need one (a producer costs threads and connections)
@@ -136,7 +138,8 @@ class DeadLetterPublisher:
         """Produce without waiting; call flush() before reporting success."""
         for letter in letters:
             if self._producer is None:
-                self._producer = ReliableProducer(self._settings)
+                self._producer = ReliableProducer(self._settings, retry=self._retry,
+                                                  what=f"producing dead letters to {self.topic}")
             key, value, headers = letter.fitted(self.max_bytes)
             self._producer.produce(self.topic, value=value, key=key, headers=headers)
             self.counts[letter.reason] += 1

@@ -60,11 +60,12 @@ class EventProducer:
     """
 
     def __init__(self, bootstrap_servers: str, client_conf: Mapping[str, str] | None = None,
-                 catalog=None, encoding: str = "avro"):
+                 catalog=None, encoding: str = "avro", retry=None, what: str = "producing events"):
+        """``retry`` (udfs.kafka_retry.RetryPolicy): flush() waits out an unreachable broker."""
         if encoding not in ENCODINGS:
             raise ValueError(f"encoding {encoding!r}: use one of {', '.join(ENCODINGS)}")
         settings = shared_settings({**dict(client_conf or {}), "bootstrap.servers": bootstrap_servers})
-        self._producer = ReliableProducer(settings)
+        self._producer = ReliableProducer(settings, retry=retry, what=what)
         self._encode = _encoder(encoding, catalog)
 
     def send(self, events: Iterable[Mapping[str, Any]], topic: str,

@@ -278,4 +278,4 @@ def _dead_letter_publisher(options: SourceOptions):
 
     from udfs.kafka_options import shared_settings
 
-    return DeadLetterPublisher(shared_settings(options.client), options.dead_letter_topic)
+    return DeadLetterPublisher(shared_settings(options.client), options.dead_letter_topic, retry=options.retry_policy)

@@ -43,11 +43,10 @@ def build_sinks(settings: config.Settings, console: bool):
     if settings.sinks.metrics_port:
         metrics.serve(settings.sinks.metrics_port, settings.sinks.metrics_address)
     sinks = [KafkaOutputSink(settings), metrics]
-    from streaming.job import read_alert_history
-    from streaming.sinks.alert_book import latest_alert_states
+    from streaming.sinks.alert_history import read_alert_history
 
     # After a restart: what was firing is re-sent and counted again (the alerts topic is the record).
-    latest = list(latest_alert_states(read_alert_history(settings)).values())
+    latest = list(read_alert_history(settings).values())
     metrics.seed_alerts(latest)
     if settings.sinks.alertmanager_url:
         from streaming.sinks.alertmanager import AlertmanagerSink

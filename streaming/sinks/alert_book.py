@@ -129,13 +129,14 @@ def alertmanager_payload(record: dict, now_ms: int, settings: BookSettings) -> d
     }
 
 
-def latest_alert_states(records: Iterable[dict]) -> dict[str, dict]:
-    """Latest record per fingerprint, as read back from the alerts topic after a restart.
+def latest_alert_states(records: Iterable[dict], latest: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Latest record per fingerprint, as read back from the alerts topic after a restart
+    (folded into ``latest`` when given: a history read chunk by chunk).
 
     A resolved record beats a firing one (an incident never fires again under the same
     fingerprint); otherwise the later ``event_time`` wins, then the later record in the input.
     """
-    latest: dict[str, dict] = {}
+    latest = {} if latest is None else latest
     for record in records:
         fp = record.get("fingerprint")
         if not fp:
