@@ -1,8 +1,7 @@
-"""Simulated events written to the real (embedded) broker and read back with a plain consumer:
+"""Simulated events written to the real broker (Apache Kafka) and read back with a plain consumer:
 the same events, under the contract's keys, in per-key order, in both value formats.
 
-Read back with assign() + explicit offsets and stop at the count we produced (never the
-watermark: tansu's uncached watermark is wrong, see the tansu notes)."""
+Read back with assign() + explicit offsets and stop at the count we produced."""
 
 from __future__ import annotations
 
