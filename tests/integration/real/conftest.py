@@ -28,10 +28,7 @@ TEST_RULES = {
 @pytest.fixture(scope="module")
 def monitor(tmp_path_factory):
     """The bus (the monitor's own topics) is a one-broker Kafka apart from the watched cluster, as
-    in production: pausing a watched broker must not stall the monitor's own input. Real Kafka,
-    not the embedded broker: the job reads partitions up to their end offsets, which the embedded
-    broker reports short of the truth (shared/notes/tansu.md), and a partition read short makes a
-    broker's heartbeats look late next to the collector's other events."""
+    in production: pausing a watched broker must not stall the monitor's own input."""
     work = tmp_path_factory.mktemp("real")
     bus = KafkaCluster(work / "bus", controllers=1, brokers=1)
     cluster = KafkaCluster(work / "cluster", controllers=3, brokers=3)
