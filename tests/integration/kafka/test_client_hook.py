@@ -1,0 +1,106 @@
+"""The client hook in real confluent-kafka clients against real Apache Kafka: what it publishes
+about a healthy client, and a connection-setup timeout storm from clients whose bootstrap address
+completes TCP and never answers, run through the rules."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from streaming.collect.client_hook import ClientHook
+from streaming.config import RuleSettings
+from streaming.demo import read_topic
+from streaming.embedded import create_topics
+from streaming.local import detect_all
+from tests.helpers import wait_until
+from udfs import avro_codec
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def cluster(kafka_cluster):
+    return kafka_cluster   # the session's 1 + 3 cluster; these tests leave it as they found it
+
+
+def published(bootstrap: str, topic: str, count: int) -> list[dict]:
+    return [avro_codec.decode(m.value()) for m in read_topic(bootstrap, topic, count)]
+
+
+def test_a_healthy_producer_reports_its_metadata_responses(cluster, topic_factory, tmp_path):
+    """Every response: the node that answered, the cluster id and broker count it carried, and a
+    metadata epoch that never goes down while nothing is stale."""
+    topic = f"hook-{tmp_path.name[-10:]}"
+    create_topics(cluster.bootstrap_servers, {topic: 6}, replication_factor=3)
+    events_topic = f"hook-events-{tmp_path.name[-10:]}"
+    create_topics(cluster.bootstrap_servers, {events_topic: 1})
+    hook = ClientHook(cluster.bootstrap_servers, "watched", events_topic=events_topic)
+    producer = Producer(hook.instrument({"bootstrap.servers": cluster.bootstrap_servers, "client.id": "orders-app",
+                                         "topic.metadata.refresh.interval.ms": 1000}))
+    for i in range(100):
+        producer.produce(topic, b"order %d" % i)
+    assert producer.flush(30) == 0
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:   # a few periodic refreshes
+        producer.poll(0.2)
+    wait_until(lambda: hook.published >= 3, timeout_s=10, what="three responses read")
+    assert hook.close() == 0 and hook.dropped == 0
+
+    events = published(cluster.bootstrap_servers, events_topic, hook.published)
+    responses = [e for e in events if e["event_type"] == "metadata_response"]
+    assert len(responses) >= 3
+    assert {e["client_id"] for e in responses} == {"orders-app"}
+    assert {e["cluster_id"] for e in responses} == {"watched"}
+    assert {e["response_cluster_id"] for e in responses} == {cluster.cluster_id}
+    assert {e["broker_count"] for e in responses} == {3}
+    assert {e["broker_id"] for e in responses} <= {-1, *cluster.broker_ids}
+    epochs = [e["metadata_epoch"] for e in responses]
+    assert epochs == sorted(epochs) and epochs[0] >= 1
+    assert not detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events) + 60_000)
+
+
+class SilentListener:
+    """Completes TCP (the kernel's backlog) and never reads: a peer whose connection setup never
+    finishes, as a hung broker or a black-holing load balancer."""
+
+    def __init__(self):
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self._socket.listen(64)
+        self.address = f"127.0.0.1:{self._socket.getsockname()[1]}"
+
+    def close(self) -> None:
+        self._socket.close()
+
+
+def test_clients_whose_connection_setup_times_out_raise_a_storm(broker, tmp_path):
+    """Six clients, socket.connection.setup.timeout.ms 1 s, bootstrapped at a silent listener:
+    each timeout is a connection_attempt SETUP_TIMEOUT, and together they are a storm."""
+    events_topic = f"hook-storm-{tmp_path.name[-10:]}"
+    create_topics(broker.bootstrap_servers, {events_topic: 1})
+    silent = SilentListener()
+    hook = ClientHook(broker.bootstrap_servers, "storm-cluster", events_topic=events_topic)
+    clients = [Producer(hook.instrument({"bootstrap.servers": silent.address, "client.id": f"app-{i}",
+                                         "socket.connection.setup.timeout.ms": 1000}))
+               for i in range(6)]
+    try:
+        def timeouts() -> int:
+            for client in clients:
+                client.poll(0.05)
+            return True
+        wait_until(lambda: timeouts() and hook.published_by_type["connection_attempt"] >= 6 * 4, timeout_s=60,
+                   what="four setup timeouts per client")
+    finally:
+        silent.close()
+    assert hook.close() == 0 and hook.dropped == 0
+
+    events = published(broker.bootstrap_servers, events_topic, hook.published)
+    attempts = [e for e in events if e["event_type"] == "connection_attempt"]
+    assert {(e["outcome"], e["node_id"], e["setup_timeout_ms"]) for e in attempts} == {("SETUP_TIMEOUT", -1, 1000)}
+    assert {e["client_id"] for e in attempts} == {f"app-{i}" for i in range(6)}
+    rules = RuleSettings(storm_min_timeouts=20, storm_min_clients=5)
+    alerts = detect_all(events, rules, until=max(e["event_time"] for e in events) + 1_000)
+    assert ("ConnectionSetupTimeoutStorm", "-1") in {(a["alertname"], a["labels"].get("node_id")) for a in alerts}
