@@ -159,6 +159,11 @@ class CollectSettings:
     # the collector's own /metrics (streaming/collect/metrics.py); 0 = off
     metrics_port: int = field(default=9465, metadata=_alias("metrics.port"))
     metrics_address: str = field(default="127.0.0.1", metadata=_alias("metrics.address"))
+    # "on": also read __consumer_offsets and send every group's commits (streaming/collect/commit_log.py)
+    offset_commits: str = field(default="off", metadata={**_alias("offset.commits"), "choices": ("off", "on")})
+    # the folder of Kafka's jars (kafka-tools among them) the commit log reader runs from; unset:
+    # $EPOCHWATCH_KAFKA_LIB, else what `deploy/local/dev setup` fetched (.cache/kafka/<version>)
+    kafka_libs: str | None = field(default=None, metadata=_alias("kafka.libs"))
 
     def urls(self) -> list[str]:
         return [u.strip() for u in self.exporter_urls.split(",") if u.strip()]
@@ -234,8 +239,10 @@ def _coerce(section: str, f: dataclasses.Field, value: Any) -> Any:
         return None
     if not isinstance(value, (str, int, float)):
         raise ConfigError(key, f"{value!r} is not text", "write a plain string")
-    value = str(value)
     choices = f.metadata.get("choices")
+    if isinstance(value, bool) and choices == ("off", "on"):
+        value = "on" if value else "off"  # YAML 1.1 reads an unquoted on / off as a boolean
+    value = str(value)
     if choices and value not in choices:
         raise ConfigError(key, f"{value!r} is not one of {', '.join(choices)}", f"use one of {', '.join(choices)}")
     return value
@@ -281,6 +288,14 @@ def validate(settings: Settings) -> Settings:
     from streaming.collect.probes import client_options
 
     client_options(c.client)  # a security setting the collector's client cannot use fails now, not later
+    if c.offset_commits == "on":
+        from streaming.collect.commit_log import kafka_libs, tools_jar
+
+        libs = kafka_libs(c.kafka_libs)
+        if tools_jar(libs) is None:
+            raise ConfigError("collect.kafka.libs", f"{libs} holds no kafka-tools-*.jar (collect.offset.commits is on)",
+                              "point it at a Kafka installation's libs folder (e.g. /opt/kafka/libs), run "
+                              "`deploy/local/dev setup`, or set collect.offset.commits: off")
     for u in c.urls():
         if not u.startswith(("http://", "https://")):
             raise ConfigError("collect.exporter.urls", f"{u!r} is not an http(s) URL",

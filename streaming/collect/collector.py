@@ -7,6 +7,9 @@ still running then (a paused broker's connection, an exporter rendering a large 
 machine) is late, not lost: its answer is taken by the next round, and its target gets no new
 call meanwhile. A failed Kafka request becomes a ``metadata_request_failed`` event; an exporter
 that does not answer is a count in the status line and the metrics.
+
+With ``collect.offset.commits: on`` a round also takes the commits read from ``__consumer_offsets``
+since the last round (streaming/collect/commit_log.py) and sends them as ``offset_commit`` events.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from dataclasses import dataclass
 from typing import IO, Callable, Hashable
 
 from streaming.collect import exporter
+from streaming.collect.commit_log import CommitLogReader, kafka_libs
+from streaming.collect.commits import Commit, offset_commit_event
 from streaming.collect.derive import BrokerObservation, DeriveSettings, EventDeriver, Round
 from streaming.collect.metrics import CollectorMetrics
 from streaming.collect.probes import BrokerProbe, ClusterProbe, ClusterState, ProbeError, QuorumState
@@ -39,6 +44,7 @@ class RoundReport:
     scrapes: int
     events: int
     seconds: float
+    commits: str = ""          # the commit log source's part of the line; empty when it is off
 
     def line(self, publisher) -> str:
         cluster = self.cluster_id or "unreachable"
@@ -47,7 +53,7 @@ class RoundReport:
                                              f"failed {publisher.failed}, dropped {publisher.dropped}")
         return (f"epochwatch collect: cluster {cluster} controller {controller} brokers {self.brokers} "
                 f"(fenced {self.fenced}, stopping {self.stopping}) probes {self.probes_ok}/{self.probes} "
-                f"exporters {self.scrapes_ok}/{self.scrapes} events +{self.events} in {self.seconds:.1f} s{sent}")
+                f"exporters {self.scrapes_ok}/{self.scrapes}{self.commits} events +{self.events} in {self.seconds:.1f} s{sent}")
 
 
 class Calls:
@@ -82,7 +88,8 @@ class Collector:
     def __init__(self, settings: Settings, publisher, probe: ClusterProbe | None = None,
                  scrape: Callable[[str, float], exporter.NodeMetrics] = exporter.scrape,
                  clock: Callable[[], float] = time.time, metrics: CollectorMetrics | None = None,
-                 broker_probe: Callable[[str], ClusterProbe] | None = None):
+                 broker_probe: Callable[[str], ClusterProbe] | None = None,
+                 commit_log: CommitLogReader | None = None):
         c, r = settings.collect, settings.rules
         self.settings, self.publisher, self.scrape, self.clock = settings, publisher, scrape, clock
         self.metrics = metrics
@@ -96,6 +103,11 @@ class Collector:
                                                    heartbeat_interval_ms=r.broker_heartbeat_interval_ms,
                                                    stale_after_ms=c.metadata_stale_after_ms))
         self.calls = Calls()
+        if commit_log is None and c.offset_commits == "on":
+            commit_log = CommitLogReader(c.bootstrap_servers or settings.kafka.bootstrap_servers, c.client,
+                                         kafka_libs(c.kafka_libs), c.client_id)
+        self.commit_log = commit_log
+        self._unsent_commits: list[Commit] = []  # read before the cluster id was known
         self.cluster: ClusterState | None = None
         self.controller: tuple[int, int] | None = None
 
@@ -171,15 +183,44 @@ class Collector:
         if self.cluster is not None and self.controller is not None:
             events = self.deriver.derive(Round(started_ms, self.cluster.cluster_id, *self.controller, observations,
                                                answers, failures))
-            if self.publisher is not None:
-                self.publisher.publish(events)
+        commits = self._commit_events()
+        events += commits
+        if self.publisher is not None and (commits or (self.cluster is not None and self.controller is not None)):
+            self.publisher.publish(events)
         states = [o.controller_state for o in observations.values()]
         scrapes_ok = sum(1 for u in urls if u in results and not isinstance(results[u], Exception))
         report = RoundReport(reachable, self.cluster.cluster_id if self.cluster else None,
                              *(self.controller or (None, None)), len(observations), states.count("INACTIVE"),
                              states.count("STOPPING"), len(answers), len(brokers), scrapes_ok, len(urls), len(events),
-                             time.monotonic() - started)
+                             time.monotonic() - started, self._commit_summary(len(commits)))
         return events, report
+
+    def _commit_events(self) -> list[dict]:
+        """The commits read from the commit log since the last round, as offset_commit events
+        (held, up to a bound, until a round has learned the cluster id they belong to)."""
+        log = self.commit_log
+        if log is None:
+            return []
+        log.ensure_running()
+        self._unsent_commits += [o.commit for o in log.take() if o.kind == "commit"]
+        if self.cluster is None:
+            del self._unsent_commits[:-100_000]
+            return []
+        cluster_id, client_id = self.cluster.cluster_id, self.settings.collect.client_id
+        events = [offset_commit_event(c, cluster_id, client_id) for c in self._unsent_commits]
+        self._unsent_commits = []
+        return events
+
+    def _commit_summary(self, sent: int) -> str:
+        log = self.commit_log
+        if log is None:
+            return ""
+        n = log.counts
+        state = "reading" if log.running else f"down ({log.last_exit or 'starting'})"
+        problem = f", last: {n.last_problem}" if n.last_problem else ""
+        return (f" commits +{sent} ({state}; tombstones {n['tombstone']}, other records {n['ignored_type']}, "
+                f"undecodable {n['unknown_version'] + n['malformed'] + n['id_too_long']}, dropped {log.dropped}, "
+                f"restarts {log.restarts}{problem})")
 
     @staticmethod
     def _pages(pages, session_ms: int):
@@ -232,7 +273,7 @@ class Collector:
             events, report = self.run_round()
             done += 1
             if self.metrics is not None:
-                self.metrics.round_done(report, events, self.publisher, self.clock())
+                self.metrics.round_done(report, events, self.publisher, self.clock(), self.commit_log)
             if status is not None:
                 print(report.line(self.publisher), file=status, flush=True)
             if rounds is not None and done >= rounds:
@@ -246,6 +287,8 @@ class Collector:
         return done
 
     def close(self) -> None:
+        if self.commit_log is not None:
+            self.commit_log.close()
         self.calls.close()
         for _, probe in self._broker_probes.values():
             probe.close()

@@ -32,12 +32,18 @@ class CollectorMetrics:
                                     "events the events topic refused for good (delivery errors)", registry=r)
         self.publish_dropped = Gauge("epochwatch_collector_publish_dropped",
                                      "events dropped because the local queue was full", registry=r)
+        self.commit_log_records = Gauge("epochwatch_collector_commit_log_records",
+                                        "records of __consumer_offsets read since the start, by what they were "
+                                        "(commit, tombstone, ignored_type, unknown_version, malformed, id_too_long)",
+                                        ["cluster", "kind"], registry=r)
+        self.commit_log_restarts = Gauge("epochwatch_collector_commit_log_restarts",
+                                         "times the commit log reader had to be started again", ["cluster"], registry=r)
         self.publish_queued = Gauge("epochwatch_collector_publish_queued", "events not yet acknowledged", registry=r)
 
     def serve(self, port: int, address: str) -> None:
         start_http_server(port, addr=address, registry=self.registry)
 
-    def round_done(self, report, events: list[dict], publisher, now_s: float) -> None:
+    def round_done(self, report, events: list[dict], publisher, now_s: float, commit_log=None) -> None:
         cluster = report.cluster_id
         if publisher is not None:
             self.publish_failed.set(publisher.failed)
@@ -52,3 +58,7 @@ class CollectorMetrics:
         self.unreachable_exporters.labels(cluster).set(report.scrapes - report.scrapes_ok)
         for e in events:
             self.events.labels(cluster, e["event_type"]).inc()
+        if commit_log is not None:
+            for kind, n in commit_log.counts.by_kind.items():
+                self.commit_log_records.labels(cluster, kind).set(n)
+            self.commit_log_restarts.labels(cluster).set(commit_log.restarts)

@@ -33,6 +33,9 @@ BAD = [
      "12-events within the allowed lateness must not be refused as too old"),
     ({"rules.event.max.controller.epoch.jump": 0}, "rules.event.max.controller.epoch.jump", "above 0",
      "13-no controller failover could ever be accepted"),
+    ({"collect.offset.commits": "yes"}, "collect.offset.commits", "off, on", "14-the commit log source is on or off"),
+    ({"collect.offset.commits": "on", "collect.kafka.libs": "/nonexistent/kafka/libs"}, "collect.kafka.libs",
+     "kafka-tools", "15-the commit log reader runs Kafka's own console consumer: without its jar it cannot start"),
 ]
 
 
@@ -72,3 +75,11 @@ def test_validate_config_command_exit_codes(tmp_path, capsys):
 def test_missing_file_is_a_clear_error():
     with pytest.raises(config.ConfigError, match="does not exist"):
         config.load("/nonexistent/epochwatch.yaml")
+
+
+def test_the_commit_log_source_is_off_unless_asked_for_and_an_unquoted_on_counts():
+    """Reading __consumer_offsets is extra load and needs extra ACLs: never by surprise. YAML 1.1
+    reads an unquoted `on` as true, which must still mean on."""
+    assert config.load().collect.offset_commits == "off"
+    assert config.load(None, {"collect.offset.commits": True}).collect.offset_commits == "on"
+    assert config.load(None, {"sinks.console": False}).sinks.console == "off"
