@@ -104,3 +104,77 @@ def test_clients_whose_connection_setup_times_out_raise_a_storm(broker, tmp_path
     rules = RuleSettings(storm_min_timeouts=20, storm_min_clients=5)
     alerts = detect_all(events, rules, until=max(e["event_time"] for e in events) + 1_000)
     assert ("ConnectionSetupTimeoutStorm", "-1") in {(a["alertname"], a["labels"].get("node_id")) for a in alerts}
+
+
+def _poll_until(clients, what: str, done, timeout_s: float = 90) -> None:
+    def polled():
+        for client in clients:
+            client.poll(0.05)
+        return done()
+    wait_until(polled, timeout_s=timeout_s, interval_s=0.05, what=what)
+
+
+def test_a_bootstrap_address_moved_to_another_cluster_raises_cluster_id_mismatch(kafka_cluster_factory, broker,
+                                                                                   tmp_path):
+    """The client bootstraps through an address (a relay: a DNS name, a load balancer) that is
+    moved to another cluster while every broker it knew goes down: librdkafka rebootstraps
+    (KIP-899) and gets metadata from the wrong cluster. The hook reports the rebootstrap and the
+    answers; the rules raise ClusterIdMismatch, and no stale answers from the other cluster."""
+    from streaming.tools.relay import Relay
+
+    first = kafka_cluster_factory(controllers=1, brokers=1)
+    relay = Relay(("127.0.0.1", first.node(1).port), name="bootstrap-dns")
+    events_topic = f"hook-moved-{tmp_path.name[-10:]}"
+    create_topics(broker.bootstrap_servers, {events_topic: 1})
+    hook = ClientHook(broker.bootstrap_servers, "moved", events_topic=events_topic)
+    client = Producer(hook.instrument({"bootstrap.servers": relay.address, "client.id": "moved-app",
+                                       "topic.metadata.refresh.interval.ms": 1000}))
+    try:
+        _poll_until([client], "a first response", lambda: hook.published_by_type["metadata_response"] >= 1)
+        relay.target = ("127.0.0.1", broker.node(1).port)   # the name now points at the other cluster
+        relay.heal()
+        first.kill(1)
+        _poll_until([client], "a response from the other cluster after a rebootstrap",
+                    lambda: hook.published_by_type["client_rebootstrap"] >= 1
+                    and hook.published_by_type["metadata_response"] >= 3)
+    finally:
+        relay.close()
+    assert hook.close() == 0
+
+    events = published(broker.bootstrap_servers, events_topic, hook.published)
+    [rebootstrap, *_] = [e for e in events if e["event_type"] == "client_rebootstrap"]
+    assert rebootstrap["cluster_id_before"] == first.cluster_id
+    answered = {e["response_cluster_id"] for e in events if e["event_type"] == "metadata_response"}
+    assert answered == {first.cluster_id, broker.cluster_id}
+    alerts = detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events) + 1_000)
+    assert {(a["alertname"], a["status"]) for a in alerts} == {("ClusterIdMismatch", "firing")}
+
+
+def test_a_client_that_finds_no_broker_is_rebootstrap_overdue(kafka_cluster_factory, broker, tmp_path):
+    """Every broker the client knew is gone and its bootstrap address leads nowhere: no metadata
+    for longer than the trigger (5 s in this test) is ClientRebootstrapOverdue."""
+    from streaming.tools.relay import Relay
+
+    gone = kafka_cluster_factory(controllers=1, brokers=1)
+    relay = Relay(("127.0.0.1", gone.node(1).port), name="bootstrap-dns")
+    events_topic = f"hook-overdue-{tmp_path.name[-10:]}"
+    create_topics(broker.bootstrap_servers, {events_topic: 1})
+    hook = ClientHook(broker.bootstrap_servers, "overdue", events_topic=events_topic)
+    client = Producer(hook.instrument({"bootstrap.servers": relay.address, "client.id": "stranded-app"}))
+    try:
+        _poll_until([client], "a first response", lambda: hook.published_by_type["metadata_response"] >= 1)
+        gone.kill(1)
+        relay.heal()   # its target is gone: new connections are closed at once
+        started = time.monotonic()
+        _poll_until([client], "6 s without metadata", lambda: time.monotonic() - started >= 6)
+        waited_until_ms = int(time.time() * 1000)
+    finally:
+        relay.close()
+    assert hook.close() == 0
+
+    events = published(broker.bootstrap_servers, events_topic, hook.published)
+    assert "metadata_request_failed" in {e["event_type"] for e in events}
+    rules = RuleSettings(rebootstrap_trigger_ms=5_000)
+    alerts = detect_all(events, rules, until=waited_until_ms)
+    assert ("ClientRebootstrapOverdue", "stranded-app") in {(a["alertname"], a["labels"].get("client_id"))
+                                                             for a in alerts}
