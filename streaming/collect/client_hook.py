@@ -4,7 +4,7 @@ metadata requests to epochwatch's events topic (docs/client-hook.md).
 
     from streaming.collect.client_hook import ClientHook
 
-    hook = ClientHook(events_bootstrap="kafka-monitoring:9092", cluster_id="prod-eu-1")
+    hook = ClientHook(events_bootstrap="kafka-monitoring:9092")
     consumer = Consumer(hook.instrument({"bootstrap.servers": "...", "group.id": "orders"}))
     ...
     hook.close()   # at exit: delivers what is queued
@@ -36,7 +36,7 @@ _client_numbers = itertools.count(1)
 
 
 class ClientHook:
-    def __init__(self, events_bootstrap: str, cluster_id: str, *, events_topic: str = "epochwatch.events",
+    def __init__(self, events_bootstrap: str, cluster_id: str | None = None, *, events_topic: str = "epochwatch.events",
                  encoding: str = "confluent", events_client: Mapping[str, str] | None = None,
                  max_queued: int = 10_000, clock: Callable[[], float] = time.time):
         self.cluster_id = cluster_id

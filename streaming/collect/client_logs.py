@@ -34,6 +34,7 @@ REBOOTSTRAP = "Starting re-bootstrap sequence"
 # librdkafka starts a rebootstrap when every known broker is down, when a broker answers error 129
 # (KIP-1102), or when metadata.recovery.rebootstrap.trigger.ms passed without metadata
 REBOOTSTRAP_REASONS = {"_ALL_BROKERS_DOWN": "NO_NODE_AVAILABLE", "REBOOTSTRAP_REQUIRED": "REBOOTSTRAP_REQUIRED"}
+UNKNOWN_CLUSTER = "unknown"   # events before a client learned its cluster's id
 BLOCK_IDLE_MS = 1_000   # a block no line followed for this long is complete
 
 
@@ -50,7 +51,7 @@ class _Response:
 class ClientLogReader:
     """One client: feed it its log lines and errors as they come; it returns contract events."""
 
-    cluster_id: str          # the contract's cluster_id: the cluster this client belongs to
+    cluster_id: str | None   # the contract's cluster_id; None: the ClusterId of the first response
     client_id: str
     setup_timeout_ms: int    # the client's socket.connection.setup.timeout.ms
     version: int = 0         # V: grows with every response that brings a newer leader epoch
@@ -120,6 +121,7 @@ class ClientLogReader:
             self.version += 1
         if response.cluster_id:
             self.known_cluster_id = response.cluster_id
+            self.cluster_id = self.cluster_id or response.cluster_id   # fixed from then on: one state key
         self.setup_failures.pop(response.broker_id, None)   # it answered: its setup works again
         return [self._event(response.started_ms, "metadata_response", broker_id=response.broker_id,
                             metadata_epoch=epoch, error_code=0, broker_count=response.broker_count,
@@ -128,7 +130,7 @@ class ClientLogReader:
     def _event(self, now_ms: int, event_type: str, **fields) -> dict:
         self._seq += 1
         return {"event_type": event_type, "event_id": f"{self.client_id}/{event_type}/{now_ms}/{self._seq}",
-                "cluster_id": self.cluster_id, "event_time": now_ms, "client_id": self.client_id, **fields}
+                "cluster_id": self.cluster_id or UNKNOWN_CLUSTER, "event_time": now_ms, "client_id": self.client_id, **fields}
 
 
 def _node(text: str) -> int:

@@ -126,7 +126,7 @@ def test_a_bootstrap_address_moved_to_another_cluster_raises_cluster_id_mismatch
     relay = Relay(("127.0.0.1", first.node(1).port), name="bootstrap-dns")
     events_topic = f"hook-moved-{tmp_path.name[-10:]}"
     create_topics(broker.bootstrap_servers, {events_topic: 1})
-    hook = ClientHook(broker.bootstrap_servers, "moved", events_topic=events_topic)
+    hook = ClientHook(broker.bootstrap_servers, events_topic=events_topic)   # the cluster id: learned
     client = Producer(hook.instrument({"bootstrap.servers": relay.address, "client.id": "moved-app",
                                        "topic.metadata.refresh.interval.ms": 1000}))
     try:
@@ -146,6 +146,7 @@ def test_a_bootstrap_address_moved_to_another_cluster_raises_cluster_id_mismatch
     assert rebootstrap["cluster_id_before"] == first.cluster_id
     answered = {e["response_cluster_id"] for e in events if e["event_type"] == "metadata_response"}
     assert answered == {first.cluster_id, broker.cluster_id}
+    assert {e["cluster_id"] for e in events} == {first.cluster_id}, "one client, one cluster's state"
     alerts = detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events) + 1_000)
     assert {(a["alertname"], a["status"]) for a in alerts} == {("ClusterIdMismatch", "firing")}
 

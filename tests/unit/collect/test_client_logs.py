@@ -130,3 +130,11 @@ def test_answers_from_another_cluster_after_a_rebootstrap_raise_cluster_id_misma
     alerts = detect_all(events, RuleSettings(), until=T0 + 10_000)
     assert {(a["alertname"], a["status"]) for a in alerts} == {("ClusterIdMismatch", "firing")}, \
         "the other cluster's lower leader epochs are not stale answers"
+
+
+def test_the_cluster_id_is_learned_from_the_first_response_and_kept():
+    r = ClientLogReader(None, "orders-app", setup_timeout_ms=10_000)
+    [before] = r.error(T0, "_ALL_BROKERS_DOWN", "1/1 brokers are down")
+    [first] = feed(r, T0 + 1_000, response("1", {("orders", 0): 4}))
+    [other] = feed(r, T0 + 2_000, response("1", {("orders", 0): 0}, cluster="OtherClusterIdAAAAAAAA"))
+    assert [e["cluster_id"] for e in (before, first, other)] == ["unknown", CLUSTER, CLUSTER]
