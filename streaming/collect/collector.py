@@ -216,11 +216,12 @@ class Collector:
         if log is None:
             return ""
         n = log.counts
-        state = "reading" if log.running else f"down ({log.last_exit or 'starting'})"
         problem = f", last: {n.last_problem}" if n.last_problem else ""
-        return (f" commits +{sent} ({state}; tombstones {n['tombstone']}, other records {n['ignored_type']}, "
+        exit_ = f", last exit: {log.last_exit}" if log.last_exit else ""
+        return (f" commits +{sent} ({'reading' if log.running else 'down'}; tombstones {n['tombstone']}, "
+                f"other records {n['ignored_type']}, "
                 f"undecodable {n['unknown_version'] + n['malformed'] + n['id_too_long']}, dropped {log.dropped}, "
-                f"restarts {log.restarts}{problem})")
+                f"restarts {log.restarts}{exit_}{problem})")
 
     @staticmethod
     def _pages(pages, session_ms: int):

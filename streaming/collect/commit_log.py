@@ -152,8 +152,8 @@ class CommitLogReader:
         if proc is not None and proc.poll() is None:
             return
         if proc is not None:  # it exited: say why, wait a little longer each time in a row
-            tail = " | ".join(line for line in self._stderr_tail if line.startswith(("ERROR", "Exception")))
-            self.last_exit = f"exit {proc.returncode}" + (f": {tail[-300:]}" if tail else "")
+            errors = [line for line in self._stderr_tail if line.startswith("ERROR")]  # the last says why
+            self.last_exit = f"exit {proc.returncode}" + (f": {errors[-1][:300]}" if errors else "")
             self._proc = None
             self._failures += 1
             self._next_start = time.monotonic() + RESTART_BACKOFF_S[min(self._failures, len(RESTART_BACKOFF_S)) - 1]

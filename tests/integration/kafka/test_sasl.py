@@ -125,3 +125,54 @@ def test_the_collector_watches_and_publishes_through_sasl(cluster, tmp_path):
     assert {(e["event_type"], e.get("broker_id")) for e in events} >= {("broker_heartbeat", 1)}
     failures = [e for e in events if e["event_type"] == "metadata_request_failed"]
     assert not failures, failures[:3]
+
+
+def _commit_log_collector(cluster, password: str):
+    from streaming import config as config_module
+    from streaming.collect.collector import Collector
+
+    settings = config_module.load(None, {"collect.bootstrap.servers": cluster.sasl_bootstrap_servers,
+                                         "collect.offset.commits": "on", "collect.metrics.port": 0,
+                                         **{f"collect.client.{k}": v for k, v in sasl(password).items()}})
+    return Collector(settings, publisher=None)
+
+
+def test_the_commit_log_reader_reads_through_sasl(cluster):
+    """collect.client reaches the commit log's JVM in the Java client's names: with only the SASL
+    listener, a commit made on the cluster comes out as an offset_commit event."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from streaming.embedded import create_topics
+    from tests.helpers import wait_until
+
+    create_topics(cluster.bootstrap_servers, {"sasl-commits": 1})
+    collector, events = _commit_log_collector(cluster, PASSWORD), []
+
+    def committed_and_seen():
+        consumer = Consumer({"bootstrap.servers": cluster.sasl_bootstrap_servers, "group.id": "sasl-app", **sasl()})
+        consumer.commit(offsets=[TopicPartition("sasl-commits", 0, 3, leader_epoch=0)], asynchronous=False)
+        consumer.close()
+        events.extend(collector.run_round()[0])
+        return [e for e in events if e["event_type"] == "offset_commit" and e["group_id"] == "sasl-app"]
+
+    try:
+        [first, *_] = wait_until(committed_and_seen, 90, interval_s=1.0, what="a commit read through SASL")
+    finally:
+        collector.close()
+    assert (first["topic"], first["partition"], first["offset"], first["metadata_epoch"]) == ("sasl-commits", 0, 3, 0)
+
+
+def test_a_wrong_password_stops_the_commit_log_reader_not_the_collector(cluster):
+    """The JVM gives up on an authentication failure; the collector goes on, says why in its
+    status line (without the password) and starts the reader again after a backoff."""
+    from tests.helpers import wait_until
+
+    collector = _commit_log_collector(cluster, "wrong-Pa55word")
+    try:
+        wait_until(lambda: collector.run_round() and collector.commit_log.restarts >= 1, 90, interval_s=0.5,
+                   what="the reader's exit seen")
+        _, report = collector.run_round()
+    finally:
+        collector.close()
+    assert "last exit: exit " in report.commits and "Authentication failed" in report.commits, report.commits
+    assert "wrong-Pa55word" not in report.commits
