@@ -202,3 +202,56 @@ def test_the_cli_sends_commits_and_rides_out_the_broker_going_away(cluster, tmp_
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
     assert proc.returncode == 0, log.read_text()[-3000:]
+
+
+def test_a_record_version_kafka_cannot_decode_is_counted_with_kafkas_reason_and_reading_goes_on(cluster, tmp_path):
+    """Kafka refuses produce requests to __consumer_offsets, so a future record version is forged
+    on a topic of its own: a real commit record copied byte for byte, once as it is and once with
+    its value's version field (the first two bytes, big-endian) set to 99. Kafka's own formatter
+    cannot decode the second: the reader counts it with Kafka's reason and reads the next one."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from streaming.collect.commit_log import CommitLogReader, kafka_libs
+
+    commit(cluster.bootstrap_servers, "forge-source", [(0, 42, 7)])
+    raw = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "forge-reader",
+                    "enable.auto.commit": False})
+    raw.assign([TopicPartition("__consumer_offsets", p, 0) for p in range(50)])
+    records = []
+    try:
+        wait_until(lambda: records.extend(m for m in raw.consume(100, 0.5) if m.error() is None
+                                          and m.value() and b"forge-source" in m.key()) or records,
+                   60, what="the forge-source commit in __consumer_offsets")
+    finally:
+        raw.close()
+    key, value = records[0].key(), records[0].value()
+    forged = (99).to_bytes(2, "big") + value[2:]
+    create_topics(cluster.bootstrap_servers, {"forged-offsets": 1})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    reader = CommitLogReader(cluster.bootstrap_servers, {}, kafka_libs(None), "forge-test", topic="forged-offsets")
+    outcomes = []
+
+    def arrived(kind):
+        outcomes.extend(reader.take())
+        return [o for o in outcomes if o.kind == kind]
+
+    try:
+        reader.ensure_running()
+
+        def genuine_read():
+            producer.produce("forged-offsets", value, key)
+            producer.flush(10)
+            return arrived("commit")
+
+        wait_until(genuine_read, 90, interval_s=1.0, what="the reader reading the forged topic")
+        commits_before = len(arrived("commit"))
+        producer.produce("forged-offsets", forged, key)
+        producer.produce("forged-offsets", value, key)
+        producer.flush(10)
+        [skipped] = wait_until(lambda: arrived("unknown_version"), 60, what="the forged record counted")
+        wait_until(lambda: len(arrived("commit")) > commits_before, 60, what="the record after it read")
+        assert reader.running
+    finally:
+        reader.close()
+    assert "version" in skipped.detail.lower() and "99" in skipped.detail, skipped.detail
+    assert outcomes[0].commit.leader_epoch == 7 and outcomes[0].commit.offset == 42
