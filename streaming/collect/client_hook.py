@@ -47,6 +47,7 @@ class ClientHook:
         self._queue: collections.deque = collections.deque()
         self._max_queued = max_queued
         self._readers: list[ClientLogReader] = []
+        self._epochs_seen: dict = {}   # every client's newest leader epochs, per cluster (client_logs.py)
         self._publisher = EventPublisher(events_bootstrap, events_topic, encoding=encoding, client=events_client,
                                          max_queued=max_queued)
         self._stop = threading.Event()
@@ -62,7 +63,7 @@ class ClientHook:
         client_id = str(conf.setdefault("client.id", f"{os.path.basename(_program())}-{os.getpid()}-"
                                                      f"{next(_client_numbers)}"))
         reader = ClientLogReader(self.cluster_id, client_id,
-                                 int(conf.get("socket.connection.setup.timeout.ms", 30_000)))
+                                 int(conf.get("socket.connection.setup.timeout.ms", 30_000)), shared=self._epochs_seen)
         self._readers.append(reader)
         app_debug = {c.strip() for c in str(conf.get("debug", "")).split(",") if c.strip()}
         conf["debug"] = ",".join(sorted(app_debug | {"metadata"}))

@@ -11,11 +11,14 @@ rdkafka_broker.c; text as of v2.16):
   passed to error_cb): socket.connection.setup.timeout.ms (KIP-601) ran out;
 - error_cb: ``_ALL_BROKERS_DOWN``.
 
-Staleness is judged per partition, within one client (the rules compare a client only with
-itself): a response is behind when any partition it lists has an older leader epoch than this
-client already saw; clients that read different topics never meet. The contract's scalar
-``metadata_epoch`` is a per-client version V that grows whenever a response brings a newer
-leader epoch: a response behind is reported at V - 1, below the epoch the client accepted.
+Staleness is judged per partition: a response is behind when any partition it lists has an
+older leader epoch than this client, or another client of the same process and cluster
+(``shared``), already saw. Comparing one partition's leader epochs is sound whoever asked;
+clients that read different topics never meet. (librdkafka asks one broker for metadata, so a
+client talking to a broker cut off from the controller never sees a newer epoch itself; its
+neighbours in the process do.) The contract's scalar ``metadata_epoch`` is a per-client
+version V that grows whenever a response brings this client a newer leader epoch: a response
+behind is reported at V - 1, below the epoch the client accepted.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class ClientLogReader:
     version: int = 0         # V: grows with every response that brings a newer leader epoch
     known_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
     known_cluster_id: str | None = None
+    shared: dict[str, dict[tuple[str, int], int]] | None = None   # ClusterId -> partition -> newest epoch
     setup_failures: dict[int, int] = field(default_factory=dict)  # node -> consecutive setup timeouts
     last_error: str = ""     # the latest error_cb name: what a rebootstrap that follows answers
     _open: _Response | None = None
@@ -112,10 +116,13 @@ class ClientLogReader:
         if response.cluster_id and self.known_cluster_id and response.cluster_id != self.known_cluster_id:
             self.known_epochs.clear()   # another cluster numbers its leader epochs on its own
         known = self.known_epochs
-        behind = any(0 <= epoch < known.get(tp, -1) for tp, epoch in response.epochs.items())
+        neighbours = {} if self.shared is None else self.shared.setdefault(response.cluster_id or "", {})
+        behind = any(0 <= epoch < max(known.get(tp, -1), neighbours.get(tp, -1))
+                     for tp, epoch in response.epochs.items())
         newer = any(epoch > known.get(tp, -1) for tp, epoch in response.epochs.items())
         for tp, epoch in response.epochs.items():
             known[tp] = max(epoch, known.get(tp, -1))
+            neighbours[tp] = max(epoch, neighbours.get(tp, -1))
         epoch = self.version - 1 if behind else self.version + (1 if newer else 0)
         if newer:
             self.version += 1

@@ -179,3 +179,36 @@ def test_a_client_that_finds_no_broker_is_rebootstrap_overdue(kafka_cluster_fact
     alerts = detect_all(events, rules, until=waited_until_ms)
     assert ("ClientRebootstrapOverdue", "stranded-app") in {(a["alertname"], a["labels"].get("client_id"))
                                                              for a in alerts}
+
+
+def test_clients_of_a_broker_cut_off_from_the_controller_get_stale_metadata(kafka_cluster_factory, broker,
+                                                                            tmp_path):
+    """Three instrumented producers in one process, each bootstrapped at another broker of a
+    1 + 3 cluster. Broker 2 is cut off from the controller: fenced, its partitions' leadership
+    moves (new leader epochs), and it keeps answering the old ones. The clients that ask it for
+    metadata are behind their neighbour: StaleMetadataResponse for broker 2, nothing else."""
+    cluster = kafka_cluster_factory(controllers=1, brokers=3)
+    create_topics(cluster.bootstrap_servers, {"orders": 6}, replication_factor=3)
+    events_topic = f"hook-stale-{tmp_path.name[-10:]}"
+    create_topics(broker.bootstrap_servers, {events_topic: 1})
+    hook = ClientHook(broker.bootstrap_servers, events_topic=events_topic)
+    clients = [Producer(hook.instrument({"bootstrap.servers": cluster.client_address(b), "client.id": f"app-on-{b}",
+                                         "topic.metadata.refresh.interval.ms": 500}))
+               for b in cluster.broker_ids]
+    for client in clients:
+        client.produce("orders", b"order")
+        assert client.flush(30) == 0
+    started = time.monotonic()
+    _poll_until(clients, "3 s of healthy responses", lambda: time.monotonic() - started >= 3)
+    cut_ms = int(time.time() * 1000)
+    cluster.cut_controller_link(2)
+    _poll_until(clients, "30 s cut off (fenced after ~9 s)", lambda: time.monotonic() - started >= 33, timeout_s=60)
+    cluster.heal_controller_link(2)
+    assert hook.close() == 0 and hook.dropped == 0
+
+    events = published(broker.bootstrap_servers, events_topic, hook.published)
+    alerts = detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events))
+    fired = {(a["alertname"], a["labels"].get("broker_id")) for a in alerts if a["status"] == "firing"}
+    assert fired == {("StaleMetadataResponse", "2")}, alerts
+    first = min(a["starts_at"] for a in alerts if a["status"] == "firing")
+    assert first > cut_ms, "nothing stale before the cut"

@@ -36,8 +36,8 @@ def feed(reader: ClientLogReader, t: int, lines: list[str]) -> list[dict]:
     return out + reader.idle(t + 5_000)
 
 
-def reader(client: str = "orders-app") -> ClientLogReader:
-    return ClientLogReader("prod", client, setup_timeout_ms=10_000)
+def reader(client: str = "orders-app", shared: dict | None = None) -> ClientLogReader:
+    return ClientLogReader("prod", client, setup_timeout_ms=10_000, shared=shared)
 
 
 def test_a_response_names_the_node_the_cluster_id_and_the_broker_count():
@@ -79,10 +79,11 @@ def test_a_response_older_on_one_partition_is_below_the_accepted_epoch_and_raise
 
 
 def test_two_clients_reading_different_topics_raise_nothing():
-    """Why per partition and per client: the client of a busy topic sees leader epochs in the
-    hundreds, the other one single digits; a comparison of maxima across clients would call the
-    second one stale for good."""
-    busy, quiet = reader("busy-app"), reader("quiet-app")
+    """Why per partition: the client of a busy topic sees leader epochs in the hundreds, the other
+    one single digits; a comparison of maxima across clients would call the second one stale for
+    good. Even sharing what they saw (one process), they never meet."""
+    shared: dict = {}
+    busy, quiet = reader("busy-app", shared), reader("quiet-app", shared)
     events = []
     for i in range(5):
         events += feed(busy, T0 + i * 1000, response(str(1 + i % 3), {("clicks", 0): 300 + i}))
@@ -138,3 +139,19 @@ def test_the_cluster_id_is_learned_from_the_first_response_and_kept():
     [first] = feed(r, T0 + 1_000, response("1", {("orders", 0): 4}))
     [other] = feed(r, T0 + 2_000, response("1", {("orders", 0): 0}, cluster="OtherClusterIdAAAAAAAA"))
     assert [e["cluster_id"] for e in (before, first, other)] == ["unknown", CLUSTER, CLUSTER]
+
+
+def test_a_client_that_only_asks_a_cut_off_broker_is_stale_next_to_its_neighbours():
+    """librdkafka asks one broker for metadata: the client on broker 2 (cut off from the
+    controller) never sees partition 1's new leader epoch itself. Its neighbour in the process,
+    on broker 1, does: from then on the first client's answers are behind, for broker 2."""
+    shared: dict = {}
+    on_2, on_1 = reader("app-on-2", shared), reader("app-on-1", shared)
+    events = []
+    events += feed(on_2, T0, response("2", {("orders", 0): 4, ("orders", 1): 7}))
+    events += feed(on_1, T0 + 100, response("1", {("orders", 0): 4, ("orders", 1): 7}))
+    events += feed(on_1, T0 + 10_000, response("1", {("orders", 0): 4, ("orders", 1): 8}))  # leader moved
+    events += feed(on_2, T0 + 10_500, response("2", {("orders", 0): 4, ("orders", 1): 7}))
+    alerts = detect_all(events, RuleSettings(), until=T0 + 12_000)
+    assert {(a["alertname"], a["labels"]["client_id"], a["labels"]["broker_id"]) for a in alerts} == {
+        ("StaleMetadataResponse", "app-on-2", "2")}
