@@ -181,16 +181,21 @@ def test_a_client_that_finds_no_broker_is_rebootstrap_overdue(kafka_cluster_fact
                                                              for a in alerts}
 
 
+@pytest.mark.spark
 def test_clients_of_a_broker_cut_off_from_the_controller_get_stale_metadata(kafka_cluster_factory, broker,
                                                                             tmp_path):
     """Three instrumented producers in one process, each bootstrapped at another broker of a
     1 + 3 cluster. Broker 2 is cut off from the controller: fenced, its partitions' leadership
     moves (new leader epochs), and it keeps answering the old ones. The clients that ask it for
-    metadata are behind their neighbour: StaleMetadataResponse for broker 2, nothing else."""
+    metadata are behind their neighbour: StaleMetadataResponse for broker 2, nothing else, from the
+    rules and from `epochwatch run` over the hook's events."""
+    from tests.integration.faults.support import JobProcess, job_on_fresh_topics
+    from tests.integration.hostile.support import exit_code
+
     cluster = kafka_cluster_factory(controllers=1, brokers=3)
     create_topics(cluster.bootstrap_servers, {"orders": 6}, replication_factor=3)
-    events_topic = f"hook-stale-{tmp_path.name[-10:]}"
-    create_topics(broker.bootstrap_servers, {events_topic: 1})
+    config, topics = job_on_fresh_topics(broker.bootstrap_servers, tmp_path, "hook-stale")
+    events_topic = topics["events"]
     hook = ClientHook(broker.bootstrap_servers, events_topic=events_topic)
     clients = [Producer(hook.instrument({"bootstrap.servers": cluster.client_address(b), "client.id": f"app-on-{b}",
                                          "topic.metadata.refresh.interval.ms": 500}))
@@ -212,3 +217,13 @@ def test_clients_of_a_broker_cut_off_from_the_controller_get_stale_metadata(kafk
     assert fired == {("StaleMetadataResponse", "2")}, alerts
     first = min(a["starts_at"] for a in alerts if a["status"] == "firing")
     assert first > cut_ms, "nothing stale before the cut"
+
+    # the same events through the Spark job, to the alerts topic
+    job = JobProcess(config, tmp_path / "job.log", ("--event-time", "--available-now")).start()
+    try:
+        assert exit_code(job, timeout_s=300) == 0, job.log()[-3000:]
+    finally:
+        job.stop(timeout_s=20)
+    records = published(broker.bootstrap_servers, topics["alerts"], len(alerts))
+    assert {(r["alertname"], r["labels"].get("broker_id")) for r in records if r["status"] == "firing"} == fired
+    assert {r["labels"]["client_id"] for r in records} == {a["labels"]["client_id"] for a in alerts}
