@@ -113,6 +113,10 @@ def console_consumer_command(java: str, libs: Path, bootstrap_servers: str, grou
             "--consumer-property", "auto.offset.reset=latest",
             "--consumer-property", "isolation.level=read_committed",
             "--consumer-property", "exclude.internal.topics=false",
+            # one fetch per broker a second however busy the groups are (the default answers each
+            # new commit at once: 15 fetches/s per broker at 50 commits/s); a round is 2 s anyway
+            "--consumer-property", "fetch.min.bytes=1048576",
+            "--consumer-property", "fetch.max.wait.ms=1000",
             "--consumer-property", f"client.id={client_id}"]
 
 

@@ -17,7 +17,8 @@ def register(subparsers) -> None:
         description="Watch a KRaft Kafka cluster from outside: DescribeQuorum, DescribeCluster with fenced brokers, a "
                     "Metadata request to every broker in turn, and the brokers' and controllers' Prometheus JMX "
                     "exporters (collect.exporter.urls). Produces broker_heartbeat, metadata_update, metadata_response "
-                    "and metadata_request_failed events to kafka.topics.events; prints one status line per round.")
+                    "and metadata_request_failed events to kafka.topics.events, and with collect.offset.commits: on every "
+                    "group's commits from __consumer_offsets as offset_commit events; prints one status line per round.")
     p.add_argument("--config", help="YAML config file (section 'collect:', see deploy/config/epochwatch.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set collect.exporter.urls=http://127.0.0.1:7071/metrics")

@@ -50,11 +50,22 @@ def commit(bootstrap: str, group: str, offsets: list[tuple[int, int, int | None]
     group's membership does (generation -1, as admin tools and standalone consumers commit)."""
     from confluent_kafka import Consumer, TopicPartition
 
+    from confluent_kafka import KafkaException
+
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    tps = [TopicPartition(TOPIC, p, o) if e is None else TopicPartition(TOPIC, p, o, leader_epoch=e)
+           for p, o, e in offsets]
+
+    def committed():
+        try:
+            return consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as exc:  # NOT_COORDINATOR while a new cluster's __consumer_offsets loads
+            if exc.args[0].retriable() or exc.args[0].name() in ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS"):
+                return None
+            raise
+
     try:
-        tps = [TopicPartition(TOPIC, p, o) if e is None else TopicPartition(TOPIC, p, o, leader_epoch=e)
-               for p, o, e in offsets]
-        done = consumer.commit(offsets=tps, asynchronous=False)
+        done = wait_until(committed, 60, interval_s=0.5, what=f"a commit of {group} accepted")
         assert all(tp.error is None for tp in done), done
         return consumer.committed([TopicPartition(TOPIC, p) for p, _, _ in offsets], timeout=10)
     finally:
