@@ -1,5 +1,8 @@
-"""Offset commits carry the client's metadata epoch; Kafka's coordinator refuses a commit whose
-epoch is below the last commit's for that partition (INVALID_METADATA_EPOCH)."""
+"""Offset commits carry the client's metadata epoch (the leader epoch it sent, KIP-320). A commit
+whose epoch is below the last commit's for that partition came from a consumer on stale metadata.
+Kafka 4.1.2's group coordinator stores it all the same (tested on a real broker:
+tests/integration/kafka/test_commit_log.py); the partition's highest epoch is kept here, so that
+the consumer's further commits at the old epoch keep the incident open until it catches up."""
 
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ class CommitShard:
                 r.regression_since_ms = t
                 self.dirty = True
             r.regression_last_ms, r.regression_epoch = max(r.regression_last_ms, t), epoch
-            return r.regression_last_ms + self.settings.stale_incident_quiet_ms  # refused: stored commit stays
+            return r.regression_last_ms + self.settings.stale_incident_quiet_ms  # the highest epoch stays
         if r.regression_since_ms != NO_TIME and (epoch >= r.metadata_epoch or epoch < 0):
             r.regression_since_ms = r.regression_last_ms = NO_TIME  # a good commit ends the incident
             self.dirty = True
@@ -58,7 +61,7 @@ class CommitShard:
     def conditions(self, now: int) -> list[Condition]:
         return [condition("OffsetCommitEpochRegression", r.regression_since_ms,
                           f"commit with metadata epoch {r.regression_epoch} after {r.metadata_epoch} "
-                          f"(Kafka refuses it: INVALID_METADATA_EPOCH)",
+                          f"(a consumer on stale metadata)",
                           group_id=r.group_id, topic=r.topic, partition=r.partition)
                 for r in self.commits.values() if r.regression_since_ms != NO_TIME]
 
