@@ -12,7 +12,8 @@ events is pure (streaming/collect/commits.py). The JVM:
   transactions only (an aborted transactional commit never happened), skips a record its
   formatter cannot decode (logged on stderr, counted here) instead of stopping;
 - gets the watched cluster's security settings (``collect.client``, librdkafka names) in Java's
-  names, from a properties file only this user can read, deleted at close;
+  names through a named pipe only this user can open: the password is never in a file on disk,
+  not even after a kill -9 of the collector (no cleanup runs then);
 - waits out an unreachable broker itself (the Java consumer reconnects for ever); if it exits
   (a wrong password, a crash) it is started again after a backoff, and the status line says why.
 """
@@ -20,6 +21,7 @@ events is pure (streaming/collect/commits.py). The JVM:
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import secrets
 import shutil
@@ -50,6 +52,7 @@ rootLogger.level = warn
 rootLogger.appenderRef.err.ref = STDERR
 """
 RESTART_BACKOFF_S = (1, 2, 5, 10, 30)
+DIR_PREFIX = "epochwatch-commits-"  # + the collector's pid: a killed collector's folder is found again
 
 
 def java_client_properties(client: Mapping[str, str]) -> dict[str, str]:
@@ -105,8 +108,11 @@ def tools_jar(libs: Path) -> Path | None:
 
 def console_consumer_command(java: str, libs: Path, bootstrap_servers: str, group_id: str, client_id: str,
                              properties_file: Path, log4j_file: Path, topic: str = TOPIC) -> list[str]:
+    from streaming.embedded import _dies_with_this_process
+
     classpath = os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")) if "javaagent" not in p.name)
-    return [java, *JVM_FLAGS, f"-Dlog4j2.configurationFile={log4j_file}", "-cp", classpath, CONSOLE_CONSUMER,
+    # the kernel ends the JVM with the collector, even a collector killed with SIGKILL
+    return [*_dies_with_this_process(), java, *JVM_FLAGS, f"-Dlog4j2.configurationFile={log4j_file}", "-cp", classpath, CONSOLE_CONSUMER,
             "--bootstrap-server", bootstrap_servers, "--topic", topic, "--formatter", FORMATTER,
             "--skip-message-on-error", "--group", group_id, "--consumer.config", str(properties_file),
             "--consumer-property", "enable.auto.commit=false",
@@ -128,11 +134,11 @@ class CommitLogReader:
                  command: Callable[[Path, Path], Sequence[str]] | None = None, topic: str = TOPIC):
         self.client_id = client_id
         self.group_id = f"{client_id}-commits-{secrets.token_hex(4)}"
-        self._dir = Path(tempfile.mkdtemp(prefix="epochwatch-commits-"))  # 0700: the password file lives here
+        _remove_dirs_of_dead_collectors()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))  # 0700
         self._properties, self._log4j = self._dir / "client.properties", self._dir / "log4j2.properties"
-        fd = os.open(self._properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(_properties_line(k, v) for k, v in sorted(java_client_properties(client).items()))
+        self._settings = "".join(_properties_line(k, v) for k, v in sorted(java_client_properties(client).items()))
+        os.mkfifo(self._properties, 0o600)  # handed over at each start (_hand_over), never stored
         self._log4j.write_text(LOG4J2)
         self._command = command or (lambda props, log4j: console_consumer_command(
             java or _java(), libs, bootstrap_servers, self.group_id, client_id, props, log4j, topic))
@@ -165,11 +171,35 @@ class CommitLogReader:
         if time.monotonic() < self._next_start:
             return
         self._stderr_tail.clear()
-        self._proc = subprocess.Popen(list(self._command(self._properties, self._log4j)), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self._proc = subprocess.Popen(list(self._command(self._properties, self._log4j)), stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:  # no java, say: the collector's other sources go on, and it is tried again
+            self.last_exit = f"cannot start: {exc}"[:300]
+            self._failures += 1
+            self._next_start = time.monotonic() + RESTART_BACKOFF_S[min(self._failures, len(RESTART_BACKOFF_S)) - 1]
+            return
+        threading.Thread(target=self._hand_over, args=(self._proc,), daemon=True,
+                         name="epochwatch-commits-settings").start()
         threading.Thread(target=self._read_records, args=(self._proc,), daemon=True,
                          name="epochwatch-commits-out").start()
         threading.Thread(target=self._read_log, args=(self._proc,), daemon=True, name="epochwatch-commits-err").start()
+
+    def _hand_over(self, proc: subprocess.Popen) -> None:
+        """Write the client settings into the pipe once the JVM opens it (it reads them once, at
+        its start); give up if it exits first, so that no writer waits for a reader that is gone."""
+        while proc.poll() is None and not self._closed:
+            try:
+                fd = os.open(self._properties, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: nobody reads yet
+                    return
+                time.sleep(0.05)  # the JVM is starting: a few hundred ms, polled
+                continue
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "w", encoding="utf-8") as pipe:
+                pipe.write(self._settings)
+            return
 
     def _read_records(self, proc: subprocess.Popen) -> None:
         splitter, text = RecordSplitter(), codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -224,6 +254,20 @@ class CommitLogReader:
                 proc.kill()
                 proc.wait()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _remove_dirs_of_dead_collectors() -> None:
+    """What a collector killed with SIGKILL left in the temp folder (an empty pipe, the log config)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
+        pid = folder.name[len(DIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
 
 
 def _java() -> str:

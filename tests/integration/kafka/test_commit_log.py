@@ -266,3 +266,36 @@ def test_a_record_version_kafka_cannot_decode_is_counted_with_kafkas_reason_and_
         reader.close()
     assert "version" in skipped.detail.lower() and "99" in skipped.detail, skipped.detail
     assert outcomes[0].commit.leader_epoch == 7 and outcomes[0].commit.offset == 42
+
+
+def test_the_reader_jvm_does_not_outlive_a_collector_killed_with_sigkill(cluster, tmp_path):
+    """No close() runs after kill -9: the kernel must end the JVM (setpriv --pdeathsig), or every
+    crash of the collector would leave a consumer of __consumer_offsets behind."""
+    import os
+    from pathlib import Path
+
+    proc = subprocess.Popen([sys.executable, "-m", "streaming.cli", "collect", "--quiet",
+                             "--set", f"collect.bootstrap.servers={cluster.bootstrap_servers}",
+                             "--set", f"kafka.bootstrap.servers={cluster.bootstrap_servers}",
+                             "--set", "collect.offset.commits=on", "--set", "collect.metrics.port=0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def jvms():
+        return [int(c) for task in Path(f"/proc/{proc.pid}/task").iterdir()
+                for c in (task / "children").read_text().split()]
+
+    try:
+        [jvm] = wait_until(jvms, 60, what="the reader's JVM started")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    wait_until(lambda: not os.path.exists(f"/proc/{jvm}") or "Z" in Path(f"/proc/{jvm}/stat").read_text().split()[2],
+               30, what="the JVM gone with the collector")
+    import tempfile
+
+    from streaming.collect.commit_log import CommitLogReader, kafka_libs
+
+    [left] = Path(tempfile.gettempdir()).glob(f"epochwatch-commits-{proc.pid}-*")
+    assert all(f.is_fifo() or f.name == "log4j2.properties" for f in left.iterdir()), list(left.iterdir())
+    CommitLogReader(cluster.bootstrap_servers, {}, kafka_libs(None), "next-collector").close()
+    assert not left.exists(), "the next collector removes what a killed one left"

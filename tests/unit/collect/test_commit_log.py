@@ -46,19 +46,31 @@ def test_records_and_skipped_records_reach_the_round_and_an_exited_reader_is_sta
     assert reader.counts["unknown_version"] >= 1
 
 
-def test_the_password_file_is_private_and_gone_after_close(tmp_path):
-    """The watched cluster's password reaches the JVM only through a file no other user can read,
-    quoted so that any character survives, and the file does not outlive the reader."""
+def test_the_password_reaches_the_jvm_through_a_private_pipe_and_is_never_stored(tmp_path):
+    """The watched cluster's password reaches the JVM only through a named pipe no other user can
+    open, quoted so that any character survives; nothing holding it is left on disk, even where
+    no cleanup runs (a collector killed with SIGKILL leaves at most the empty pipe)."""
+    import stat
+
     client = {"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN", "sasl.username": "u",
               "sasl.password": 'p"w\\d'}
-    reader = CommitLogReader("127.0.0.1:1", client, tmp_path, "collector", command=lambda *_: stand_in(tmp_path))
+    received = tmp_path / "received.properties"
+    script = tmp_path / "reads_settings.py"
+    script.write_text("import sys\nopen(sys.argv[2], 'w').write(open(sys.argv[1]).read())\n")
+    reader = CommitLogReader("127.0.0.1:1", client, tmp_path, "collector",
+                             command=lambda props, _log4j: [sys.executable, str(script), str(props), str(received)])
     props = reader._properties
-    assert props.stat().st_mode & 0o077 == 0, "readable by others"
+    mode = props.stat().st_mode
+    assert stat.S_ISFIFO(mode) and mode & 0o077 == 0, oct(mode)
+    try:
+        reader.ensure_running()
+        wait_until(lambda: received.exists() and received.read_text().endswith("\n"), 10, what="the settings read")
+    finally:
+        reader.close()
     # JAAS quoting (\" and \\ inside the quotes), then java.util.Properties escaping (every \ doubled)
     assert ('sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="u" '
-            'password="p\\\\"w\\\\\\\\d";\n') in props.read_text()
-    reader.close()
-    assert not props.exists() and not props.parent.exists()
+            'password="p\\\\"w\\\\\\\\d";\n') in received.read_text()
+    assert not props.parent.exists()
 
 
 def test_librdkafka_security_names_become_the_java_clients():
@@ -94,3 +106,15 @@ def test_the_console_consumer_reads_committed_commits_from_the_end_without_commi
                  "isolation.level=read_committed", "--group grp", f"--consumer.config {tmp_path / 'p'}"):
         assert part in joined, part
     assert "--from-beginning" not in cmd
+
+
+def test_a_missing_java_is_reported_and_tried_again_not_raised(tmp_path):
+    """The collector's rounds call ensure_running: a JVM that cannot even start must not end them."""
+    reader = CommitLogReader("127.0.0.1:1", {}, tmp_path, "collector",
+                             command=lambda *_: [str(tmp_path / "no-such-java")])
+    try:
+        reader.ensure_running()
+        reader.ensure_running()  # within the backoff: not tried again yet, and still no exception
+        assert not reader.running and reader.last_exit.startswith("cannot start:")
+    finally:
+        reader.close()
