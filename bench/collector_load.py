@@ -138,7 +138,8 @@ def main() -> int:
             proc = subprocess.Popen([sys.executable, "-m", "streaming.cli", "collect", "--config", str(config),
                                      "--quiet", "--events-out", str(events)], cwd=REPO, stdin=subprocess.DEVNULL)
             try:
-                time.sleep(15 if args.commits else 5)  # its start-up (imports, connections, a JVM) is not the steady load
+                # its start-up (imports, connections, a JVM) is not the steady load
+                time.sleep(15 if args.commits else 5)
                 jvm = children(proc.pid)
                 cpu0, _ = proc_usage(proc.pid)
                 jvm0 = sum(proc_usage(j)[0] for j in jvm)

@@ -112,7 +112,8 @@ def console_consumer_command(java: str, libs: Path, bootstrap_servers: str, grou
 
     classpath = os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")) if "javaagent" not in p.name)
     # the kernel ends the JVM with the collector, even a collector killed with SIGKILL
-    return [*_dies_with_this_process(), java, *JVM_FLAGS, f"-Dlog4j2.configurationFile={log4j_file}", "-cp", classpath, CONSOLE_CONSUMER,
+    return [*_dies_with_this_process(), java, *JVM_FLAGS, f"-Dlog4j2.configurationFile={log4j_file}",
+            "-cp", classpath, CONSOLE_CONSUMER,
             "--bootstrap-server", bootstrap_servers, "--topic", topic, "--formatter", FORMATTER,
             "--skip-message-on-error", "--group", group_id, "--consumer.config", str(properties_file),
             "--consumer-property", "enable.auto.commit=false",

@@ -162,3 +162,53 @@ def test_the_collect_settings_never_show_the_watched_clusters_secrets():
                                       "collect.exporter.urls": "http://scraper:s3cret@broker-1:7071/metrics"})
     for text in (repr(settings.collect), repr(settings)):
         assert "hunter2" not in text and "s3cret" not in text and "sasl.password" in text
+
+
+class CommitLog:
+    """Stands in for streaming.collect.commit_log.CommitLogReader: hands over what it is given."""
+
+    def __init__(self):
+        from streaming.collect.commits import CommitCounts
+
+        self.pending, self.counts, self.running, self.started = [], CommitCounts(), True, 0
+        self.dropped = self.restarts = 0
+        self.last_exit = ""
+
+    def ensure_running(self):
+        self.started += 1
+
+    def take(self):
+        out, self.pending = self.pending, []
+        for o in out:
+            self.counts.add(o)
+        return out
+
+    def close(self):
+        self.running = False
+
+
+def test_commits_wait_for_the_cluster_id_then_go_out_with_the_round():
+    """A commit read while the cluster cannot be reached has no cluster to belong to yet: it is
+    held, and sent by the first round that learns the id; tombstones are counted, never sent."""
+    from streaming.collect.commits import Commit, Outcome
+
+    log = CommitLog()
+    settings = config.load()
+    c = Collector(settings, None, probe=Probe(down=True), scrape=None, clock=lambda: NOW_S, commit_log=log,
+                  broker_probe=lambda address: c.probe)
+    log.pending = [Outcome("commit", Commit("billing", "clicks", 0, 7, 5, 1_767_225_600_000)), Outcome("tombstone")]
+    events, report = c.run_round()
+    assert events == [] and log.started == 1
+    assert "commits +0 (reading; tombstones 1" in report.line(None)
+    c.probe = Probe()
+    events, report = c.run_round()
+    [commit] = [e for e in events if e["event_type"] == "offset_commit"]
+    assert (commit["cluster_id"], commit["group_id"], commit["metadata_epoch"]) == ("cluster-a", "billing", 5)
+    assert "commits +1 (reading" in report.line(None)
+    c.close()
+    assert not log.running
+
+
+def test_without_the_commit_log_source_the_status_line_says_nothing_of_commits():
+    c = collector(Probe())
+    assert c.commit_log is None and "commits" not in c.run_round()[1].line(None)

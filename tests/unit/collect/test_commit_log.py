@@ -92,7 +92,8 @@ def test_mtls_pem_files_are_handed_over_inline(tmp_path):
     props = java_client_properties({"security.protocol": "SSL", "ssl.certificate.location": str(tmp_path / "c.pem"),
                                     "ssl.key.location": str(tmp_path / "k.pem"), "ssl.key.password": "kp"})
     assert props["ssl.keystore.type"] == "PEM" and props["ssl.keystore.key"].startswith("-----BEGIN PRIVATE KEY")
-    assert props["ssl.keystore.certificate.chain"].startswith("-----BEGIN CERTIFICATE") and props["ssl.key.password"] == "kp"
+    assert props["ssl.keystore.certificate.chain"].startswith("-----BEGIN CERTIFICATE")
+    assert props["ssl.key.password"] == "kp"
 
 
 def test_the_console_consumer_reads_committed_commits_from_the_end_without_committing(tmp_path):
