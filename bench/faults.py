@@ -380,6 +380,8 @@ def report(rig: Rig, phases: list[Phase], end: dict[int, int], took_s: float) ->
     print(f"\nevents: {in_topic:,} records in the topic, the job committed {sum(committed.values()):,}: lost "
           f"{in_topic - sum(committed.values())}; read twice {rig.replayed:,} (batches a kill -9 left uncommitted, "
           f"run again over {rig.job.starts} starts)")
+    print(f"telemetry the producer gave up on (librdkafka message.timeout.ms 120 s, shorter than a 10 min "
+          f"pause): {len(rig.telemetry.errors)} records, never in the topic")
     print(f"alert records {len(records)} ({len(event_ids) - len(set(event_ids))} written twice, same key and "
           f"event_id), incidents under two fingerprints {identities_forked(records)}")
     print(f"Alertmanager: {len(rig.am_active())} {ALERT} still active at the end (every episode healed)")
