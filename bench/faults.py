@@ -82,6 +82,15 @@ def judge(episodes, records) -> tuple[int, int, int]:
     return whole, lost, forked
 
 
+def unexplained(episodes, records) -> list[str]:
+    """Alert records that no episode explains (another broker, another alert): what the faults
+    themselves raised."""
+    def explained(r):
+        return any(r["alertname"] == ALERT and r["labels"].get("broker_id") == str(b) and t0 - 1000 <= r["starts_at"] <= t1
+                   for b, t0, t1 in episodes)
+    return sorted({f"{r['alertname']}{{{r['labels'].get('broker_id', '')}}}" for r in records if not explained(r)})
+
+
 def identities_forked(records) -> int:
     """Incidents (alertname, labels, start) written under more than one fingerprint."""
     seen: dict[tuple, set] = {}
@@ -109,7 +118,9 @@ class Rig:
                                   sinks={"alertmanager.url": self.am.url, "metrics.port": self.metrics_port,
                                          "alertmanager.resend.interval.s": 5})
         self.job = JobProcess(config, workdir / "job.log", ("--set", "sinks.console=off"))   # processing time
-        self.telemetry = LiveTelemetry(self.bootstrap, self.topics["events"], CLUSTER, BROKERS).start()
+        # queued for as long as the broker is away, as the collector's producer does
+        self.telemetry = LiveTelemetry(self.bootstrap, self.topics["events"], CLUSTER, BROKERS,
+                                       message_timeout_ms=0).start()
         self.tail = TopicTail(self.bootstrap, self.topics["alerts"])
         self.peak_kib, self.memory = 0, []   # KiB at each phase's start
         self.replayed = 0   # records in batches that a kill -9 left uncommitted (read again)
@@ -380,10 +391,11 @@ def report(rig: Rig, phases: list[Phase], end: dict[int, int], took_s: float) ->
     print(f"\nevents: {in_topic:,} records in the topic, the job committed {sum(committed.values()):,}: lost "
           f"{in_topic - sum(committed.values())}; read twice {rig.replayed:,} (batches a kill -9 left uncommitted, "
           f"run again over {rig.job.starts} starts)")
-    print(f"telemetry the producer gave up on (librdkafka message.timeout.ms 120 s, shorter than a 10 min "
-          f"pause): {len(rig.telemetry.errors)} records, never in the topic")
+    print(f"telemetry the producer gave up on: {len(rig.telemetry.errors)} records")
     print(f"alert records {len(records)} ({len(event_ids) - len(set(event_ids))} written twice, same key and "
           f"event_id), incidents under two fingerprints {identities_forked(records)}")
+    others = unexplained([e for phase in phases for e in phase.episodes], records)
+    print(f"alerts no episode explains: {', '.join(others) or 'none'}")
     print(f"Alertmanager: {len(rig.am_active())} {ALERT} still active at the end (every episode healed)")
     mib = [m / 1024 for m in rig.memory]
     print(f"job memory (driver, JVM, Python workers, engine hosts): peak {rig.peak_kib / 1024:.0f} MiB; at each "

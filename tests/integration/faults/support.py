@@ -163,7 +163,9 @@ class LiveTelemetry:
     librdkafka queues the records, as a real telemetry producer would, so event time has no gap."""
 
     def __init__(self, bootstrap: str, topic: str, cluster: str, brokers: list[int], clients: int = 0,
-                 heartbeat_ms: int = 250, response_ms: int = 250):
+                 heartbeat_ms: int = 250, response_ms: int = 250, message_timeout_ms: int = 120_000):
+        """``message_timeout_ms``: how long a record may wait for an away broker before librdkafka
+        gives up on it (0: for ever, for outages longer than a test's)."""
         import threading
 
         from confluent_kafka import Producer
@@ -174,7 +176,7 @@ class LiveTelemetry:
         self.held = False        # True: the whole cluster's telemetry stops (nothing is produced)
         self.produced = 0
         self.errors: list[str] = []
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "message.timeout.ms": 120_000,
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "message.timeout.ms": message_timeout_ms,
                                    "queue.buffering.max.messages": 1_000_000})
         self._stop = threading.Event()
         self._tick_lock = threading.Lock()
