@@ -174,9 +174,10 @@ def test_a_deleted_group_gives_no_event_and_no_error(cluster, collector):
 
 
 def test_the_cli_sends_commits_and_rides_out_the_broker_going_away(cluster, tmp_path):
-    """`epochwatch collect --events-out`: commits reach the file; the broker killed and restarted
-    under it ends neither the collector nor its reader (the Java consumer reconnects), and commits
-    made after the restart arrive."""
+    """`epochwatch collect --events-out`: it starts at the end of __consumer_offsets (a commit made
+    before it started is not sent), commits made while it runs reach the file; the broker killed
+    and restarted under it ends neither the collector nor its reader (the Java consumer
+    reconnects), and commits made after the restart arrive."""
     import json
 
     import yaml
@@ -187,6 +188,7 @@ def test_the_cli_sends_commits_and_rides_out_the_broker_going_away(cluster, tmp_
         "collect": {"bootstrap.servers": cluster.bootstrap_servers, "offset.commits": "on", "metrics.port": 0,
                     "interval.ms": 1000}}))
     create_topics(cluster.bootstrap_servers, {"commit-log-events": 1})
+    commit(cluster.bootstrap_servers, "cli-history", [(0, 9, None)])
     out, log = tmp_path / "events.jsonl", tmp_path / "collect.log"
     with open(log, "w") as stderr:
         proc = subprocess.Popen([sys.executable, "-m", "streaming.cli", "collect", "--config", str(config_file),
@@ -201,6 +203,7 @@ def test_the_cli_sends_commits_and_rides_out_the_broker_going_away(cluster, tmp_
             return commits(group)
 
         wait_until(lambda: committed("cli-before", 1), 90, interval_s=1.0, what="a commit through the CLI")
+        assert commits("cli-history") == [], "the topic's history was replayed"
         cluster.kill(1)
         wait_until(lambda: "unreachable" in log.read_text() or "probes 0/" in log.read_text(), 60,
                    what="a round that found the broker away")
