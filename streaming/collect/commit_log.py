@@ -166,8 +166,7 @@ class CommitLogReader:
             errors = [line for line in self._stderr_tail if line.startswith("ERROR")]  # the last says why
             self.last_exit = f"exit {proc.returncode}" + (f": {errors[-1][:300]}" if errors else "")
             self._proc = None
-            self._failures += 1
-            self._next_start = time.monotonic() + RESTART_BACKOFF_S[min(self._failures, len(RESTART_BACKOFF_S)) - 1]
+            self._back_off()
             self.restarts += 1
         if time.monotonic() < self._next_start:
             return
@@ -177,14 +176,17 @@ class CommitLogReader:
                                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:  # no java, say: the collector's other sources go on, and it is tried again
             self.last_exit = f"cannot start: {exc}"[:300]
-            self._failures += 1
-            self._next_start = time.monotonic() + RESTART_BACKOFF_S[min(self._failures, len(RESTART_BACKOFF_S)) - 1]
+            self._back_off()
             return
         threading.Thread(target=self._hand_over, args=(self._proc,), daemon=True,
                          name="epochwatch-commits-settings").start()
         threading.Thread(target=self._read_records, args=(self._proc,), daemon=True,
                          name="epochwatch-commits-out").start()
         threading.Thread(target=self._read_log, args=(self._proc,), daemon=True, name="epochwatch-commits-err").start()
+
+    def _back_off(self) -> None:
+        self._failures += 1
+        self._next_start = time.monotonic() + RESTART_BACKOFF_S[min(self._failures, len(RESTART_BACKOFF_S)) - 1]
 
     def _hand_over(self, proc: subprocess.Popen) -> None:
         """Write the client settings into the pipe once the JVM opens it (it reads them once, at
@@ -198,8 +200,11 @@ class CommitLogReader:
                 time.sleep(0.05)  # the JVM is starting: a few hundred ms, polled
                 continue
             os.set_blocking(fd, True)
-            with os.fdopen(fd, "w", encoding="utf-8") as pipe:
-                pipe.write(self._settings)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as pipe:
+                    pipe.write(self._settings)
+            except BrokenPipeError:
+                pass  # it exited while reading: its exit is reported, and the next start gets them again
             return
 
     def _read_records(self, proc: subprocess.Popen) -> None:
