@@ -72,6 +72,24 @@ def commit(bootstrap: str, group: str, offsets: list[tuple[int, int, int | None]
         consumer.close()
 
 
+def read_and_commit(bootstrap: str, group: str):
+    """A subscribed application: reads partition 0 from the start, commits, returns what was stored."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(TOPIC, b"after", partition=0)
+    assert producer.flush(30) == 0
+    app = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False})
+    app.assign([TopicPartition(TOPIC, 0, 0)])
+    try:
+        wait_until(lambda: any(m.error() is None for m in app.consume(100, 0.5)), 60, what=f"{group} reading")
+        app.commit(asynchronous=False)
+        return app.committed([TopicPartition(TOPIC, 0)], timeout=10)[0]
+    finally:
+        app.close()
+
+
 class Events:
     """What the collector's rounds returned, accumulated."""
 
@@ -129,7 +147,8 @@ def test_a_consumer_groups_commits_become_offset_commit_events_with_their_leader
     got = {e["partition"]: e for e in events.commits("orders-svc")}
     for p, tp in stored.items():
         assert (got[p]["topic"], got[p]["offset"]) == (TOPIC, tp.offset)
-        assert got[p]["metadata_epoch"] == tp.leader_epoch, (got[p], tp)  # librdkafka sends the records' epoch
+        # librdkafka sends the leader epoch of the last record it read (0: the topic's first leader)
+        assert got[p]["metadata_epoch"] == tp.leader_epoch == 0, (got[p], tp)
         assert got[p]["cluster_id"] == collector.cluster.cluster_id
     assert collector.commit_log.counts["unknown_version"] + collector.commit_log.counts["malformed"] == 0
 
@@ -177,7 +196,8 @@ def test_the_cli_sends_commits_and_rides_out_the_broker_going_away(cluster, tmp_
     """`epochwatch collect --events-out`: it starts at the end of __consumer_offsets (a commit made
     before it started is not sent), commits made while it runs reach the file; the broker killed
     and restarted under it ends neither the collector nor its reader (the Java consumer
-    reconnects), and commits made after the restart arrive."""
+    reconnects), and commits made after the restart arrive, an application's with the partition's
+    new leader epoch (the restart elected the leader again)."""
     import json
 
     import yaml
@@ -212,6 +232,10 @@ def test_the_cli_sends_commits_and_rides_out_the_broker_going_away(cluster, tmp_
         assert proc.poll() is None, log.read_text()[-3000:]
         assert (after[0]["offset"], after[0]["metadata_epoch"]) == (5, -1)  # no epoch sent: unknown
         assert "commits +" in log.read_text()
+        stored = read_and_commit(cluster.bootstrap_servers, "cli-reader")
+        [event] = wait_until(lambda: commits("cli-reader"), 60, what="the reader's commit after the restart")
+        # the restart elected the leader again: the consumer's commit carries the new epoch
+        assert event["metadata_epoch"] == stored.leader_epoch >= 1, (event, stored)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
