@@ -80,6 +80,10 @@ class ClientHook:
         conf["error_cb"] = error_cb
         return conf
 
+    def answered_by(self) -> dict[str, int | None]:
+        """client.id -> the node of its latest metadata response (librdkafka asks one broker)."""
+        return {reader.client_id: reader.last_answered_by for reader in list(self._readers)}
+
     def _offer(self, reader: ClientLogReader, kind: str, payload) -> None:
         """From the client's callbacks: as cheap as an append."""
         if len(self._queue) >= self._max_queued:

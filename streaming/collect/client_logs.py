@@ -63,6 +63,7 @@ class ClientLogReader:
     shared: dict[str, dict[tuple[str, int], int]] | None = None   # ClusterId -> partition -> newest epoch
     setup_failures: dict[int, int] = field(default_factory=dict)  # node -> consecutive setup timeouts
     last_error: str = ""     # the latest error_cb name: what a rebootstrap that follows answers
+    last_answered_by: int | None = None   # the node of the latest response
     _open: _Response | None = None
     _seq: int = 0
 
@@ -130,6 +131,7 @@ class ClientLogReader:
             self.known_cluster_id = response.cluster_id
             self.cluster_id = self.cluster_id or response.cluster_id   # fixed from then on: one state key
         self.setup_failures.pop(response.broker_id, None)   # it answered: its setup works again
+        self.last_answered_by = response.broker_id
         return [self._event(response.started_ms, "metadata_response", broker_id=response.broker_id,
                             metadata_epoch=epoch, error_code=0, broker_count=response.broker_count,
                             response_cluster_id=response.cluster_id)]

@@ -72,6 +72,7 @@ class KafkaNode:
     relays: dict[int, Relay] = field(default_factory=dict)    # broker: controller id -> relay
     link_ports: dict[int, int] = field(default_factory=dict)  # controller: broker id -> its listener
     sasl_port: int | None = None  # a broker's SASL_PLAINTEXT listener (KafkaCluster(sasl_users=...))
+    client_relay: Relay | None = None  # in front of a broker's client listener (client_relays=True)
     proc: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:  # a node keeps its ports and dir across restarts
@@ -80,6 +81,11 @@ class KafkaNode:
         self.metrics_url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
         self.log_path = self.dir / "server.log"
         self.dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def advertised_address(self) -> str:
+        """Where clients and other brokers reach a broker: its relay's address, if it has one."""
+        return self.client_relay.address if self.client_relay is not None else self.address
 
     @property
     def pid(self) -> int | None:
@@ -103,7 +109,7 @@ class KafkaNode:
 
     def close(self) -> None:
         self.stop()
-        for relay in self.relays.values():
+        for relay in [*self.relays.values(), *([self.client_relay] if self.client_relay else [])]:
             relay.close()
 
     def log_tail(self, lines: int = 40) -> str:
@@ -118,15 +124,18 @@ class KafkaCluster:
 
     def __init__(self, workdir: Path | str, controllers: int = 1, brokers: int = 3,
                  broker_overrides: dict[str, object] | None = None, heap: str = "256m",
-                 sasl_users: dict[str, str] | None = None):
+                 sasl_users: dict[str, str] | None = None, client_relays: bool = False):
         """sasl_users (user -> password): every broker also listens with SASL_PLAINTEXT and the
-        PLAIN mechanism (sasl_bootstrap_servers), next to its plaintext listener."""
+        PLAIN mechanism (sasl_bootstrap_servers), next to its plaintext listener.
+        client_relays: every broker is advertised at a relay in front of its plaintext listener,
+        so that a test can make its port stop completing connections (silence_client_port)."""
         if not 1 <= controllers <= len(CONTROLLER_IDS) or brokers < 1:
             raise ValueError(f"1..3 controllers and at least one broker, not {controllers} and {brokers}")
         self.workdir = Path(workdir)
         self.heap = heap
         self.broker_overrides = dict(broker_overrides or {})
         self.sasl_users = dict(sasl_users or {})
+        self.client_relays = client_relays
         self.controller_ids = list(CONTROLLER_IDS[:controllers])
         self.broker_ids = list(range(1, brokers + 1))
         self.cluster_id = _random_cluster_id()
@@ -144,6 +153,8 @@ class KafkaCluster:
                 node = self._nodes[b] = self._new_node(b, "broker", b)
                 node.relays = {c: Relay((LOOPBACK, self._nodes[c].link_ports[b]), name=f"relay-{b}-{c}")
                                for c in self.controller_ids}
+                if self.client_relays:
+                    node.client_relay = Relay((LOOPBACK, node.port), name=f"client-relay-{b}")
             for node in self._nodes.values():
                 self._write_config(node)
             self._format(self._nodes.values(), classpath)
@@ -170,7 +181,7 @@ class KafkaCluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(self._nodes[b].address for b in self.broker_ids)
+        return ",".join(self._nodes[b].advertised_address for b in self.broker_ids)
 
     @property
     def sasl_bootstrap_servers(self) -> str:
@@ -183,7 +194,7 @@ class KafkaCluster:
         return {node_id: node.metrics_url for node_id, node in self._nodes.items()}
 
     def client_address(self, broker_id: int) -> str:
-        return self._broker(broker_id).address
+        return self._broker(broker_id).advertised_address
 
     def log_path(self, node_id: int) -> Path:
         return self.node(node_id).log_path
@@ -247,6 +258,20 @@ class KafkaCluster:
     def heal_controller_link(self, broker_id: int) -> None:
         for relay in self._broker(broker_id).relays.values():
             relay.heal()
+
+    def silence_client_port(self, broker_id: int) -> None:
+        """The broker's advertised port accepts TCP and never answers (a hung broker, a
+        black-holing load balancer); open connections are closed. Needs client_relays=True."""
+        self._client_relay(broker_id).cut(drop_connections=True)
+
+    def restore_client_port(self, broker_id: int) -> None:
+        self._client_relay(broker_id).heal()
+
+    def _client_relay(self, broker_id: int) -> Relay:
+        relay = self._broker(broker_id).client_relay
+        if relay is None:
+            raise KafkaClusterError("no client relays: start the cluster with client_relays=True")
+        return relay
 
     def active_controller_id(self) -> int | None:
         """The raft leader as the running controllers' exporters report it (the highest epoch
@@ -341,8 +366,8 @@ class KafkaCluster:
             config.update({
                 "controller.quorum.voters": ",".join(f"{c}@{r.address}" for c, r in relays.items()),
                 "controller.listener.names": relayed[node.node_id],
-                "listeners": self._client_listeners(node),
-                "advertised.listeners": self._client_listeners(node),
+                "listeners": self._client_listeners(node, node.address),
+                "advertised.listeners": self._client_listeners(node, node.advertised_address),
                 "inter.broker.listener.name": "PLAINTEXT",
                 **self._sasl_config(),
                 "offsets.topic.replication.factor": replicas,
@@ -353,8 +378,9 @@ class KafkaCluster:
             })
         (node.dir / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in config.items()))
 
-    def _client_listeners(self, node: KafkaNode) -> str:
-        return ",".join([f"PLAINTEXT://{node.address}", *([f"SASL://{node.sasl_address}"] if node.sasl_port else [])])
+    @staticmethod
+    def _client_listeners(node: KafkaNode, plaintext: str) -> str:
+        return ",".join([f"PLAINTEXT://{plaintext}", *([f"SASL://{node.sasl_address}"] if node.sasl_port else [])])
 
     def _sasl_config(self) -> dict[str, str]:
         if not self.sasl_users:

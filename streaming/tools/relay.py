@@ -40,10 +40,15 @@ class Relay:
     def is_cut(self) -> bool:
         return self._cut
 
-    def cut(self) -> None:
-        """Stop forwarding; hold new and existing connections silently."""
+    def cut(self, drop_connections: bool = False) -> None:
+        """Stop forwarding; hold new and existing connections silently. With drop_connections the
+        existing ones are closed instead, so that peers must connect again, into the silence."""
         with self._lock:
             self._cut = True
+            conns = set(self._conns) if drop_connections else set()
+            self._conns -= conns
+        for conn in conns:
+            _close(conn)
 
     def heal(self) -> None:
         """Drop every connection (held ones included) and forward new ones again: the peer
