@@ -1,7 +1,9 @@
 """A real Apache Kafka KRaft cluster on loopback for the tests and the demo, from the jars that
 `deploy/local/dev setup` fetched. Controllers (ids 3000-3002) and brokers (1..N) are separate JVMs,
 each with its own log and JMX exporter; every broker reaches every controller through a Relay this
-process owns, so that a test can cut it off the controllers while clients still reach it."""
+process owns, so that a test can cut it off the controllers while clients still reach it.
+Options: a SASL_PLAINTEXT/PLAIN listener next to the plaintext one (sasl_users), and brokers
+advertised at relays of their own (client_relays), so that a port can stop answering."""
 
 from __future__ import annotations
 
