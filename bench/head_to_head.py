@@ -23,10 +23,8 @@ import argparse
 import heapq
 import itertools
 import json
-import os
 import subprocess
 import sys
-import threading
 import time
 
 TOPIC = "h2h.events"

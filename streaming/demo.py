@@ -5,7 +5,6 @@ from Kafka and checked against the scenario's ground truth. Nothing is faked."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import tempfile

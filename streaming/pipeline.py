@@ -58,5 +58,5 @@ def detect_packs(packs: DataFrame, rules: RuleSettings, time_mode: str, api: str
 def engine_hosts(value: str) -> bool:
     if value.strip().lower() not in ("true", "false"):
         raise ConfigError(f"spark.{ENGINE_HOSTS_CONF}", f"{value!r} is neither true nor false",
-                          f"set it to false to step state keys in Spark's Python workers, or remove it")
+                          "set it to false to step state keys in Spark's Python workers, or remove it")
     return value.strip().lower() == "true"

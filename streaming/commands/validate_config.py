@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from streaming import config
 from udfs.redact import is_secret, redact

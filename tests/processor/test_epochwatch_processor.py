@@ -142,7 +142,6 @@ def test_late_events_are_applied_and_counted_not_dropped():
 
 
 def test_dead_letter_rows_pass_through_untouched():
-    tester = event_time_tester()
     key = ("", "dead_letter", 1)
     pdf = pack(pa.Table.from_pylist([{
         "cluster_id": "", "kind": "dead_letter", "shard": 1, "event_type": None, "event_ms": None,

@@ -18,7 +18,6 @@ import struct
 
 import fastavro
 
-import pyarrow as pa
 import pytest
 from confluent_kafka import Message
 from hypothesis import HealthCheck, example, given, settings
