@@ -218,7 +218,7 @@ class Collector:
         n = log.counts
         problem = f", last: {n.last_problem}" if n.last_problem else ""
         exit_ = f", last exit: {log.last_exit}" if log.last_exit else ""
-        return (f" commits +{sent} ({'reading' if log.running else 'down'}; tombstones {n['tombstone']}, "
+        return (f" commits +{sent} ({log.state}; tombstones {n['tombstone']}, "
                 f"other records {n['ignored_type']}, "
                 f"undecodable {n['unknown_version'] + n['malformed'] + n['id_too_long']}, dropped {log.dropped}, "
                 f"restarts {log.restarts}{exit_}{problem})")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import codecs
 import errno
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -50,7 +51,17 @@ appender.err.layout.type = PatternLayout
 appender.err.layout.pattern = %p %c{1}: %m%ex{short.message}%n
 rootLogger.level = warn
 rootLogger.appenderRef.err.ref = STDERR
+logger.assignment.name = org.apache.kafka.clients.consumer.internals.ConsumerRebalanceListenerInvoker
+logger.assignment.level = info
+logger.position.name = org.apache.kafka.clients.consumer.internals.SubscriptionState
+logger.position.level = info
 """
+# What those two INFO loggers say: which partitions the reader has, and that it is positioned at
+# the end of one (only then are new commits in it read).
+_ASSIGNED = re.compile(r"(Adding newly assigned|Revoke previously assigned|Lost previously assigned) "
+                       r"partitions: \[?([^\]]*)")
+_POSITIONED = re.compile(r"Resetting offset for partition [\w.-]+-(\d+) ")
+_PARTITION = re.compile(r"[\w.-]+-(\d+)")  # the reader reads one topic: the partition number says it
 RESTART_BACKOFF_S = (1, 2, 5, 10, 30)
 DIR_PREFIX = "epochwatch-commits-"  # + the collector's pid: a killed collector's folder is found again
 
@@ -101,6 +112,16 @@ def kafka_libs(setting: str | None) -> Path:
     return Path(os.environ.get("EPOCHWATCH_KAFKA_LIB") or REPO / ".cache" / "kafka" / KAFKA_VERSION)
 
 
+def assignment_change(line: str) -> tuple[str, set[int]] | None:
+    """("assigned" | "revoked" | "positioned", partitions) for a line of the reader's log, else None."""
+    m = _ASSIGNED.search(line)
+    if m:
+        return ("assigned" if m.group(1).startswith("Adding") else "revoked",
+                {int(p) for p in _PARTITION.findall(m.group(2))})
+    m = _POSITIONED.search(line)
+    return ("positioned", {int(m.group(1))}) if m else None
+
+
 def tools_jar(libs: Path) -> Path | None:
     found = sorted(libs.glob(TOOLS_JAR_GLOB))
     return found[-1] if found else None
@@ -120,6 +141,10 @@ def console_consumer_command(java: str, libs: Path, bootstrap_servers: str, grou
             "--consumer-property", "auto.offset.reset=latest",
             "--consumer-property", "isolation.level=read_committed",
             "--consumer-property", "exclude.internal.topics=false",
+            # a rebalance of its own group (its coordinator moved) keeps its positions: with the
+            # eager default it would start again from the end and miss the commits in between
+            "--consumer-property",
+            "partition.assignment.strategy=org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
             # one fetch per broker a second however busy the groups are (the default answers each
             # new commit at once: 15 fetches/s per broker at 50 commits/s); a round is 2 s anyway
             "--consumer-property", "fetch.min.bytes=1048576",
@@ -150,6 +175,8 @@ class CommitLogReader:
         self.last_exit: str = ""
         self._proc: subprocess.Popen | None = None
         self._stderr_tail: deque[str] = deque(maxlen=20)
+        self._assigned: set[int] = set()    # partitions of __consumer_offsets the JVM has
+        self._positioned: set[int] = set()  # ... and is positioned in (reading new records)
         self._closed = False
         self._next_start, self._failures = 0.0, 0
 
@@ -171,6 +198,7 @@ class CommitLogReader:
         if time.monotonic() < self._next_start:
             return
         self._stderr_tail.clear()
+        self._assigned, self._positioned = set(), set()
         try:
             self._proc = subprocess.Popen(list(self._command(self._properties, self._log4j)), stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -220,11 +248,25 @@ class CommitLogReader:
 
     def _read_log(self, proc: subprocess.Popen) -> None:
         for raw in proc.stderr:
-            line = raw.decode("utf-8", errors="replace").rstrip()
-            self._stderr_tail.append(line)
-            skipped = skipped_record(line)
-            if skipped is not None:
-                self._push([skipped])
+            self._read_line(raw.decode("utf-8", errors="replace").rstrip())
+
+    def _read_line(self, line: str) -> None:
+        if not line.startswith("INFO"):
+            self._stderr_tail.append(line)  # what an exit is explained with
+        change = assignment_change(line)
+        if change is not None:
+            kind, partitions = change
+            if kind == "assigned":
+                self._assigned |= partitions
+            elif kind == "revoked":
+                self._assigned -= partitions
+                self._positioned -= partitions
+            else:
+                self._positioned |= partitions
+            return
+        skipped = skipped_record(line)
+        if skipped is not None:
+            self._push([skipped])
 
     def _push(self, items: list) -> None:
         with self._lock:
@@ -248,6 +290,17 @@ class CommitLogReader:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def state(self) -> str:
+        """``reading N partitions`` once positioned in every partition it has; ``joining`` while
+        the JVM runs but is not there yet (connecting, joining its group); ``down``."""
+        if not self.running:
+            return "down"
+        assigned = set(self._assigned)
+        if assigned and assigned <= self._positioned:
+            return f"reading {len(assigned)} partitions"
+        return "joining"
 
     def close(self, timeout_s: float = 10.0) -> None:
         self._closed = True

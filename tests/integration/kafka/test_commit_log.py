@@ -224,14 +224,18 @@ def test_the_cli_sends_commits_and_rides_out_the_broker_going_away(cluster, tmp_
 
         wait_until(lambda: committed("cli-before", 1), 90, interval_s=1.0, what="a commit through the CLI")
         assert commits("cli-history") == [], "the topic's history was replayed"
+        wait_until(lambda: "commits +" in log.read_text() and "(reading 50 partitions;" in log.read_text(), 30,
+                   what="the status line saying the reader reads all 50 partitions")
         cluster.kill(1)
         wait_until(lambda: "unreachable" in log.read_text() or "probes 0/" in log.read_text(), 60,
                    what="a round that found the broker away")
         cluster.restart(1)
+        restarted_at = len(log.read_text())
         after = wait_until(lambda: committed("cli-after", 5), 120, interval_s=1.0, what="a commit after the restart")
         assert proc.poll() is None, log.read_text()[-3000:]
         assert (after[0]["offset"], after[0]["metadata_epoch"]) == (5, -1)  # no epoch sent: unknown
-        assert "commits +" in log.read_text()
+        wait_until(lambda: "(reading 50 partitions;" in log.read_text()[restarted_at:], 60,
+                   what="the reader reading every partition again after the restart")
         stored = read_and_commit(cluster.bootstrap_servers, "cli-reader")
         [event] = wait_until(lambda: commits("cli-reader"), 60, what="the reader's commit after the restart")
         # the restart elected the leader again: the consumer's commit carries the new epoch

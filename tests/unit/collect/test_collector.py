@@ -171,6 +171,7 @@ class CommitLog:
         from streaming.collect.commits import CommitCounts
 
         self.pending, self.counts, self.running, self.started = [], CommitCounts(), True, 0
+        self.state = "reading 50 partitions"
         self.dropped = self.restarts = 0
         self.last_exit = ""
 
@@ -199,12 +200,12 @@ def test_commits_wait_for_the_cluster_id_then_go_out_with_the_round():
     log.pending = [Outcome("commit", Commit("billing", "clicks", 0, 7, 5, 1_767_225_600_000)), Outcome("tombstone")]
     events, report = c.run_round()
     assert events == [] and log.started == 1
-    assert "commits +0 (reading; tombstones 1" in report.line(None)
+    assert "commits +0 (reading 50 partitions; tombstones 1" in report.line(None)
     c.probe = Probe()
     events, report = c.run_round()
     [commit] = [e for e in events if e["event_type"] == "offset_commit"]
     assert (commit["cluster_id"], commit["group_id"], commit["metadata_epoch"]) == ("cluster-a", "billing", 5)
-    assert "commits +1 (reading" in report.line(None)
+    assert "commits +1 (reading 50 partitions" in report.line(None)
     c.close()
     assert not log.running
 

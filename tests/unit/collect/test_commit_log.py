@@ -119,3 +119,31 @@ def test_a_missing_java_is_reported_and_tried_again_not_raised(tmp_path):
         assert not reader.running and reader.last_exit.startswith("cannot start:")
     finally:
         reader.close()
+
+
+def test_the_reader_is_reading_once_positioned_in_every_partition_it_was_given(tmp_path):
+    """Its state comes from the Java consumer's own INFO lines (commit_log.LOG4J2): a JVM that runs
+    but has not joined its group, or not yet found the end of every partition, reads nothing yet."""
+    lines = ["INFO ConsumerRebalanceListenerInvoker: [Consumer clientId=c, groupId=g] Adding newly assigned "
+             "partitions: [__consumer_offsets-0, __consumer_offsets-1]",
+             "INFO SubscriptionState: [Consumer clientId=c, groupId=g] Resetting offset for partition "
+             "__consumer_offsets-0 to position FetchPosition{offset=3, offsetEpoch=Optional.empty}"]
+    script = tmp_path / "joins.py"
+    script.write_text("import signal, sys\n"
+                      f"for line in {lines!r}: print(line, file=sys.stderr, flush=True)\n"
+                      "signal.pause()\n")  # runs until the reader stops it, like the JVM
+    second = ("INFO SubscriptionState: [Consumer clientId=c, groupId=g] Resetting offset for partition "
+              "__consumer_offsets-1 to position FetchPosition{offset=0, offsetEpoch=Optional.empty}")
+    reader = CommitLogReader("127.0.0.1:1", {}, tmp_path, "collector", command=lambda *_: [sys.executable, str(script)])
+    try:
+        assert reader.state == "down"
+        reader.ensure_running()
+        wait_until(lambda: reader._positioned == {0}, 10, what="the first position")
+        assert reader.state == "joining"  # partition 1 not positioned yet: commits there are not read
+        reader._read_line(second)
+        assert reader.state == "reading 2 partitions"
+        reader._read_line(lines[0].replace("Adding newly assigned", "Lost previously assigned"))
+        assert reader.state == "joining"
+    finally:
+        reader.close()
+    assert reader.state == "down"
