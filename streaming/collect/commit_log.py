@@ -292,15 +292,19 @@ class CommitLogReader:
         return self._proc is not None and self._proc.poll() is None
 
     @property
+    def reading_partitions(self) -> int:
+        """How many partitions it reads: all it was given once positioned in each, else 0."""
+        assigned = set(self._assigned)
+        return len(assigned) if self.running and assigned and assigned <= self._positioned else 0
+
+    @property
     def state(self) -> str:
         """``reading N partitions`` once positioned in every partition it has; ``joining`` while
         the JVM runs but is not there yet (connecting, joining its group); ``down``."""
         if not self.running:
             return "down"
-        assigned = set(self._assigned)
-        if assigned and assigned <= self._positioned:
-            return f"reading {len(assigned)} partitions"
-        return "joining"
+        reading = self.reading_partitions
+        return f"reading {reading} partitions" if reading else "joining"
 
     def close(self, timeout_s: float = 10.0) -> None:
         self._closed = True

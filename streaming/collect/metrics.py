@@ -38,6 +38,9 @@ class CollectorMetrics:
                                         ["cluster", "kind"], registry=r)
         self.commit_log_restarts = Gauge("epochwatch_collector_commit_log_restarts",
                                          "times the commit log reader had to be started again", ["cluster"], registry=r)
+        self.commit_log_partitions = Gauge("epochwatch_collector_commit_log_partitions",
+                                           "partitions of __consumer_offsets the commit log reader reads "
+                                           "(0: joining its group, or down)", ["cluster"], registry=r)
         self.publish_queued = Gauge("epochwatch_collector_publish_queued", "events not yet acknowledged", registry=r)
 
     def serve(self, port: int, address: str) -> None:
@@ -62,3 +65,4 @@ class CollectorMetrics:
             for kind, n in commit_log.counts.by_kind.items():
                 self.commit_log_records.labels(cluster, kind).set(n)
             self.commit_log_restarts.labels(cluster).set(commit_log.restarts)
+            self.commit_log_partitions.labels(cluster).set(commit_log.reading_partitions)

@@ -171,7 +171,7 @@ class CommitLog:
         from streaming.collect.commits import CommitCounts
 
         self.pending, self.counts, self.running, self.started = [], CommitCounts(), True, 0
-        self.state = "reading 50 partitions"
+        self.state, self.reading_partitions = "reading 50 partitions", 50
         self.dropped = self.restarts = 0
         self.last_exit = ""
 
@@ -213,3 +213,18 @@ def test_commits_wait_for_the_cluster_id_then_go_out_with_the_round():
 def test_without_the_commit_log_source_the_status_line_says_nothing_of_commits():
     c = collector(Probe())
     assert c.commit_log is None and "commits" not in c.run_round()[1].line(None)
+
+
+def test_the_commit_log_reader_shows_on_metrics():
+    """A reader that runs but reads nothing (joining, down) must be visible where alerts are written."""
+    from streaming.collect.commits import Outcome
+
+    log, metrics = CommitLog(), CollectorMetrics()
+    c = Collector(config.load(), None, probe=Probe(), scrape=None, clock=lambda: NOW_S, commit_log=log,
+                  metrics=metrics, broker_probe=lambda address: c.probe)
+    log.pending = [Outcome("tombstone"), Outcome("unknown_version", detail="version 9")]
+    c.run(status=None, rounds=1)
+    page = generate_latest(metrics.registry).decode()
+    assert 'epochwatch_collector_commit_log_partitions{cluster="cluster-a"} 50.0' in page
+    assert 'epochwatch_collector_commit_log_records{cluster="cluster-a",kind="unknown_version"} 1.0' in page
+    c.close()
