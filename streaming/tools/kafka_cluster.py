@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from streaming.embedded import LOOPBACK, _dies_with_this_process
+from streaming.tools.kafka_config import node_properties
 from streaming.tools.relay import Relay, free_port
 
 KAFKA_VERSION = "4.1.2"
@@ -333,64 +334,8 @@ class KafkaCluster:
         return KafkaNode(node_id, role, self.workdir / str(dirname), free_port(), free_port(), sasl_port=sasl_port)
 
     def _write_config(self, node: KafkaNode) -> None:
-        """Brokers reach the controllers only through their relays. A broker learns controller
-        addresses from controller.quorum.voters and from raft responses (KIP-853's NodeEndpoints:
-        the leader's *advertised* address on the listener the request came in on). Were that the
-        controller's real port, the broker would reconnect there, past its relay, after any
-        dropped connection (seen on 4.1.2). So each controller has a listener per broker
-        (RELAYED_<broker>) advertised at that broker's relay, and a broker knows only its own."""
-        relayed = {b: f"RELAYED_{b}" for b in self.broker_ids}
-        config: dict[str, object] = {
-            "node.id": node.node_id,
-            "process.roles": node.role,
-            "listener.security.protocol.map": ",".join(
-                [f"{name}:PLAINTEXT" for name in ["CONTROLLER", "PLAINTEXT", *relayed.values()]]
-                + (["SASL:SASL_PLAINTEXT"] if self.sasl_users else [])),
-            "log.dirs": node.dir / "data",
-            # a few threads per JVM: up to six JVMs share two cores
-            "num.network.threads": 2, "num.io.threads": 2, "background.threads": 2,
-        }
-        if node.role == "controller":
-            links = {relayed[b]: port for b, port in node.link_ports.items()}
-            at_relays = {relayed[b]: self._nodes[b].relays[node.node_id].port for b in self.broker_ids}
-            config.update({
-                "controller.quorum.voters": ",".join(f"{c}@{self._nodes[c].address}" for c in self.controller_ids),
-                # the first name is the quorum's own: controllers talk to each other directly
-                "controller.listener.names": ",".join(["CONTROLLER", *links]),
-                "listeners": ",".join([f"CONTROLLER://{node.address}",
-                                       *(f"{n}://{LOOPBACK}:{p}" for n, p in links.items())]),
-                "advertised.listeners": ",".join([f"CONTROLLER://{node.address}",
-                                                  *(f"{n}://{LOOPBACK}:{p}" for n, p in at_relays.items())]),
-            })
-        else:
-            relays = self._nodes[node.node_id].relays  # a duplicate's are the original's
-            replicas = min(3, len(self.broker_ids))
-            config.update({
-                "controller.quorum.voters": ",".join(f"{c}@{r.address}" for c, r in relays.items()),
-                "controller.listener.names": relayed[node.node_id],
-                "listeners": self._client_listeners(node, node.address),
-                "advertised.listeners": self._client_listeners(node, node.advertised_address),
-                "inter.broker.listener.name": "PLAINTEXT",
-                **self._sasl_config(),
-                "offsets.topic.replication.factor": replicas,
-                "transaction.state.log.replication.factor": replicas,
-                "transaction.state.log.min.isr": min(2, replicas),
-                "group.initial.rebalance.delay.ms": 0,
-                **self.broker_overrides,
-            })
-        (node.dir / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in config.items()))
-
-    @staticmethod
-    def _client_listeners(node: KafkaNode, plaintext: str) -> str:
-        return ",".join([f"PLAINTEXT://{plaintext}", *([f"SASL://{node.sasl_address}"] if node.sasl_port else [])])
-
-    def _sasl_config(self) -> dict[str, str]:
-        if not self.sasl_users:
-            return {}
-        users = " ".join(f'user_{user}="{password}"' for user, password in self.sasl_users.items())
-        return {"sasl.enabled.mechanisms": "PLAIN",
-                "listener.name.sasl.plain.sasl.jaas.config":
-                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"}
+        (node.dir / "server.properties").write_text(
+            "".join(f"{k}={v}\n" for k, v in node_properties(self, node).items()))
 
     def _java(self, node: KafkaNode, classpath: str, main: list[str], log: Path, agent: bool) -> list[str]:
         agent_flag = [f"-javaagent:{kafka_lib() / AGENT_JAR}={LOOPBACK}:{node.metrics_port}:"
