@@ -27,6 +27,7 @@ from streaming.rules.records import NO_TIME, first_after
 KINDS = ("brokers", "clients", "nodes", "commits")
 TABLES = {"brokers": BrokerFleet, "clients": ClientShard, "nodes": NodeTable, "commits": CommitShard}
 RESET_SUMMARY = "reset"   # the summary of a key that a cluster_reset emptied
+EXPIRED_SUMMARY = "expired"   # brokers forgotten after state.entity.expiry.ms of silence
 ENTITY_LABEL = {"brokers": "broker_id", "clients": "client_id", "nodes": "node_id"}
 
 
@@ -193,7 +194,12 @@ class KeyEngine:
             table.transitions = []
         label = ENTITY_LABEL.get(self.kind)
         open_entities = {dict(a.labels).get(label) for a in self.tracker.open.values()} if label else set()
-        table.expire(now, lambda entity: str(entity) in open_entities or not label and bool(self.tracker.open))
+        gone = table.expire(now, lambda entity: str(entity) in open_entities or not label and bool(self.tracker.open))
+        if gone and isinstance(table, BrokerFleet):
+            # the metrics sink drops their series (streaming.metrics.Metrics.forget_brokers): a
+            # broker decommissioned, or a forged id, must not stay on /metrics for good
+            out.summaries.append({"cluster_id": self.cluster_id, "kind": EXPIRED_SUMMARY, "broker_ids": sorted(gone),
+                                  "fleet_empty": not table.brokers, "at_ms": now})
 
     def _deadline(self, now: int) -> int | None:
         candidates = [d for d in (self.table.next_deadline(now), self.tracker.next_deadline()) if d is not None]
@@ -222,7 +228,8 @@ class KeyEngine:
         # its summary would only bring back the series the reset dropped
         forgotten = (any(s["kind"] == RESET_SUMMARY for s in out.summaries)
                      and not getattr(table, self.kind))
-        if isinstance(table, BrokerFleet) and not forgotten:
+        if isinstance(table, BrokerFleet) and not forgotten and table.brokers:
+            # (a fleet whose every broker expired reports nothing: its series went with them)
             out.status.extend(table.status_rows(table.touched))
             out.summaries.append({"cluster_id": self.cluster_id, "kind": "cluster",
                                   "metadata_epoch": table.cluster.newest_epoch})

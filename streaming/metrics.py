@@ -15,7 +15,7 @@ from typing import Iterable, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from streaming.engine import RESET_SUMMARY
+from streaming.engine import EXPIRED_SUMMARY, RESET_SUMMARY
 from streaming.events import BROKER_STATES
 from streaming.packs import INPUT_METRIC
 from streaming.refusals import Refusals
@@ -238,6 +238,18 @@ class Metrics:
                 if key[0] == cluster_id and key not in live:
                     self.alerts_firing.remove(*key)
 
+    def forget_brokers(self, cluster_id: str, broker_ids: Iterable[int], fleet_empty: bool) -> None:
+        """Brokers the job forgot after state.entity.expiry.ms of silence: their series go; with
+        the last of a cluster's brokers, the cluster's metadata epoch goes too."""
+        with self._brokers.lock:
+            for broker_id in broker_ids:
+                self._brokers.rows.pop((cluster_id, str(broker_id)), None)
+        if fleet_empty:
+            try:
+                self.cluster_metadata_epoch.remove(cluster_id)
+            except KeyError:
+                pass
+
     def observe_late(self, batch_id: int, events: int) -> None:
         if events > 0:
             self.late_events.inc(events)
@@ -261,7 +273,9 @@ class Metrics:
             self.forget_cluster(cluster_id)   # before the rows of what the cluster sent after it
         self.observe_broker_status(batch.broker_status)
         for summary in batch.summaries:
-            if summary.get("kind") == "cluster" and summary.get("metadata_epoch") is not None:
+            if summary.get("kind") == EXPIRED_SUMMARY:
+                self.forget_brokers(summary["cluster_id"], summary["broker_ids"], summary["fleet_empty"])
+            elif summary.get("kind") == "cluster" and summary.get("metadata_epoch") is not None:
                 self.observe_cluster(summary["cluster_id"], summary["metadata_epoch"])
             elif summary.get("kind") == "clients":
                 self.observe_client_summary(summary["cluster_id"], summary["shard"], summary["stale_clients"],
