@@ -1,7 +1,8 @@
 """The client hook in real confluent-kafka clients against real Apache Kafka: what it publishes
 about a healthy client, and the client incidents made real (a broker port that stops completing
 connections, a bootstrap address moved to another cluster, a client left with no broker, a
-broker cut off from the controller), run through the rules (and once through the Spark job)."""
+broker cut off from the controller), run through the rules and, but for the overdue client whose
+alert needs time past the last event, through `epochwatch run` too."""
 
 from __future__ import annotations
 
@@ -29,6 +30,30 @@ def cluster(kafka_cluster):
 
 def published(bootstrap: str, topic: str, count: int) -> list[dict]:
     return [avro_codec.decode(m.value()) for m in read_topic(bootstrap, topic, count)]
+
+
+def job_topics(broker, tmp_path, prefix: str):
+    """Events, alerts and dead-letter topics for the hook and an `epochwatch run` config over them."""
+    from tests.integration.faults.support import job_on_fresh_topics
+
+    return job_on_fresh_topics(broker.bootstrap_servers, tmp_path, prefix)
+
+
+def alerts_from_the_job(broker, config, topics, tmp_path, expected: int) -> list[dict]:
+    """`epochwatch run --event-time --available-now` over the hook's events: its alert records."""
+    from tests.integration.faults.support import JobProcess
+    from tests.integration.hostile.support import exit_code
+
+    job = JobProcess(config, tmp_path / "job.log", ("--event-time", "--available-now")).start()
+    try:
+        assert exit_code(job, timeout_s=300) == 0, job.log()[-3000:]
+    finally:
+        job.stop(timeout_s=20)
+    return published(broker.bootstrap_servers, topics["alerts"], expected)
+
+
+def firing(alerts: list[dict], label: str) -> set[tuple[str, str | None]]:
+    return {(a["alertname"], a["labels"].get(label)) for a in alerts if a["status"] == "firing"}
 
 
 def test_a_healthy_producer_reports_its_metadata_responses(cluster, topic_factory, tmp_path):
@@ -63,6 +88,7 @@ def test_a_healthy_producer_reports_its_metadata_responses(cluster, topic_factor
     assert not detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events) + 60_000)
 
 
+@pytest.mark.spark
 def test_a_broker_port_that_stops_completing_connections_raises_a_storm_for_that_node(kafka_cluster_factory, broker,
                                                                                       tmp_path):
     """Ten producers (socket.connection.setup.timeout.ms 1 s) write to every partition of a
@@ -71,8 +97,8 @@ def test_a_broker_port_that_stops_completing_connections_raises_a_storm_for_that
     connection_attempt SETUP_TIMEOUT for node 2, and together they are a storm for node 2 only."""
     cluster = kafka_cluster_factory(controllers=1, brokers=3, client_relays=True)
     create_topics(cluster.bootstrap_servers, {"orders": 6}, replication_factor=3)
-    events_topic = f"hook-storm-{tmp_path.name[-10:]}"
-    create_topics(broker.bootstrap_servers, {events_topic: 1})
+    config, topics = job_topics(broker, tmp_path, "hook-storm")
+    events_topic = topics["events"]
     hook = ClientHook(broker.bootstrap_servers, events_topic=events_topic)
     clients = [Producer(hook.instrument({"bootstrap.servers": cluster.bootstrap_servers, "client.id": f"app-{i}",
                                          "socket.connection.setup.timeout.ms": 1000,
@@ -104,8 +130,9 @@ def test_a_broker_port_that_stops_completing_connections_raises_a_storm_for_that
     assert len({e["client_id"] for e in attempts}) >= 5
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     alerts = detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events) + 1_000)
-    storms = {(a["alertname"], a["labels"].get("node_id")) for a in alerts if a["status"] == "firing"}
-    assert storms == {("ConnectionSetupTimeoutStorm", "2")}, alerts
+    assert firing(alerts, "node_id") == {("ConnectionSetupTimeoutStorm", "2")}, alerts
+    from_job = alerts_from_the_job(broker, config, topics, tmp_path, 1)
+    assert firing(from_job, "node_id") == {("ConnectionSetupTimeoutStorm", "2")}, from_job
 
 
 def _poll_until(clients, what: str, done, timeout_s: float = 90) -> None:
@@ -116,6 +143,7 @@ def _poll_until(clients, what: str, done, timeout_s: float = 90) -> None:
     wait_until(polled, timeout_s=timeout_s, interval_s=0.05, what=what)
 
 
+@pytest.mark.spark
 def test_a_bootstrap_address_moved_to_another_cluster_raises_cluster_id_mismatch(kafka_cluster_factory, broker,
                                                                                    tmp_path):
     """The client bootstraps through an address (a relay: a DNS name, a load balancer) that is
@@ -126,24 +154,38 @@ def test_a_bootstrap_address_moved_to_another_cluster_raises_cluster_id_mismatch
 
     first = kafka_cluster_factory(controllers=1, brokers=1)
     relay = Relay(("127.0.0.1", first.node(1).port), name="bootstrap-dns")
-    events_topic = f"hook-moved-{tmp_path.name[-10:]}"
-    create_topics(broker.bootstrap_servers, {events_topic: 1})
+    config, topics = job_topics(broker, tmp_path, "hook-moved")
+    events_topic = topics["events"]
     hook = ClientHook(broker.bootstrap_servers, events_topic=events_topic)   # the cluster id: learned
+    orders = f"orders-{tmp_path.name[-10:]}"   # a topic of the same name in both clusters, as after a
+    for bootstrap in (first.bootstrap_servers, broker.bootstrap_servers):   # migration
+        create_topics(bootstrap, {orders: 2})
     client = Producer(hook.instrument({"bootstrap.servers": relay.address, "client.id": "moved-app",
                                        "topic.metadata.refresh.interval.ms": 1000}))
+
+    def writing(done):   # a producer at work: librdkafka refreshes the metadata of topics in use
+        def step():
+            client.produce(orders, b"order")
+            return done()
+        return step
+
     try:
-        _poll_until([client], "a first response", lambda: hook.published_by_type["metadata_response"] >= 1)
+        _poll_until([client], "a first response", writing(lambda: hook.published_by_type["metadata_response"] >= 2))
         relay.target = ("127.0.0.1", broker.node(1).port)   # the name now points at the other cluster
         relay.heal()
         first.kill(1)
         _poll_until([client], "a response from the other cluster after a rebootstrap",
-                    lambda: hook.published_by_type["client_rebootstrap"] >= 1
-                    and hook.published_by_type["metadata_response"] >= 3)
+                    writing(lambda: hook.published_by_type["client_rebootstrap"] >= 1
+                            and hook.published_by_type["metadata_response"] >= 4))
+        answered = time.monotonic()   # a few seconds more: the job's event-time horizon trails by 2 s
+        _poll_until([client], "5 s of the other cluster's answers", writing(lambda: time.monotonic() - answered >= 5))
     finally:
         relay.close()
+    client.flush(30)
     assert hook.close() == 0
 
     events = published(broker.bootstrap_servers, events_topic, hook.published)
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     [rebootstrap, *_] = [e for e in events if e["event_type"] == "client_rebootstrap"]
     assert rebootstrap["cluster_id_before"] == first.cluster_id
     answered = {e["response_cluster_id"] for e in events if e["event_type"] == "metadata_response"}
@@ -151,6 +193,8 @@ def test_a_bootstrap_address_moved_to_another_cluster_raises_cluster_id_mismatch
     assert {e["cluster_id"] for e in events} == {first.cluster_id}, "one client, one cluster's state"
     alerts = detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events) + 1_000)
     assert {(a["alertname"], a["status"]) for a in alerts} == {("ClusterIdMismatch", "firing")}
+    from_job = alerts_from_the_job(broker, config, topics, tmp_path, 1)
+    assert firing(from_job, "client_id") == {("ClusterIdMismatch", "moved-app")}, from_job
 
 
 def test_a_client_that_finds_no_broker_is_rebootstrap_overdue(kafka_cluster_factory, broker, tmp_path):
@@ -190,12 +234,9 @@ def test_clients_of_a_broker_cut_off_from_the_controller_get_stale_metadata(kafk
     moves (new leader epochs), and it keeps answering the old ones. The clients that ask it for
     metadata are behind their neighbour: StaleMetadataResponse for broker 2, nothing else, from the
     rules and from `epochwatch run` over the hook's events."""
-    from tests.integration.faults.support import JobProcess, job_on_fresh_topics
-    from tests.integration.hostile.support import exit_code
-
     cluster = kafka_cluster_factory(controllers=1, brokers=3)
     create_topics(cluster.bootstrap_servers, {"orders": 6}, replication_factor=3)
-    config, topics = job_on_fresh_topics(broker.bootstrap_servers, tmp_path, "hook-stale")
+    config, topics = job_topics(broker, tmp_path, "hook-stale")
     events_topic = topics["events"]
     hook = ClientHook(broker.bootstrap_servers, events_topic=events_topic)
     clients: list[Producer] = []
@@ -230,12 +271,6 @@ def test_clients_of_a_broker_cut_off_from_the_controller_get_stale_metadata(kafk
     first = min(a["starts_at"] for a in alerts if a["status"] == "firing")
     assert first > cut_ms, "nothing stale before the cut"
 
-    # the same events through the Spark job, to the alerts topic
-    job = JobProcess(config, tmp_path / "job.log", ("--event-time", "--available-now")).start()
-    try:
-        assert exit_code(job, timeout_s=300) == 0, job.log()[-3000:]
-    finally:
-        job.stop(timeout_s=20)
-    records = published(broker.bootstrap_servers, topics["alerts"], len(alerts))
-    assert {(r["alertname"], r["labels"].get("broker_id")) for r in records if r["status"] == "firing"} == fired
+    records = alerts_from_the_job(broker, config, topics, tmp_path, len(alerts))
+    assert firing(records, "broker_id") == fired
     assert {r["labels"]["client_id"] for r in records} == {a["labels"]["client_id"] for a in alerts}
