@@ -13,6 +13,7 @@ import itertools
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -170,6 +171,38 @@ def test_a_commit_with_an_older_leader_epoch_raises_offset_commit_epoch_regressi
     firing = {(a["alertname"], a["labels"]["group_id"], a["labels"]["partition"])
               for a in alerts if a["status"] == "firing"}
     assert firing == {("OffsetCommitEpochRegression", "billing", "0")}
+
+
+@pytest.mark.spark
+def test_the_regression_reaches_the_alerts_topic_through_epochwatch_run(cluster, collector, broker, tmp_path):
+    """The same incident through the Spark job (event time, available-now): the collector's
+    events on an events topic, the alert on the alerts topic. A later commit of the group moves
+    event time past the regression (the job's horizon trails the newest event by 2 s)."""
+    from streaming.demo import read_topic
+    from tests.integration.faults.support import JobProcess, job_on_fresh_topics
+    from tests.integration.hostile.support import exit_code, write_events
+    from udfs import avro_codec
+
+    group = f"billing-{tmp_path.name[-6:]}"
+    events = Events(collector)
+    reading(cluster, events)
+    commit(cluster.bootstrap_servers, group, [(0, 10, 5)])
+    commit(cluster.bootstrap_servers, group, [(0, 11, 3)])
+    regressed = time.monotonic()
+    wait_until(lambda: time.monotonic() - regressed >= 3, 10, what="3 s of event time")
+    commit(cluster.bootstrap_servers, group, [(1, 5, 2)])
+    events.until(lambda: len(events.commits(group)) >= 3, 60, f"the three commits of {group}")
+
+    config_path, topics = job_on_fresh_topics(broker.bootstrap_servers, tmp_path, "commits")
+    write_events(broker.bootstrap_servers, topics["events"], events.commits(group))
+    job = JobProcess(config_path, tmp_path / "job.log", ("--event-time", "--available-now")).start()
+    try:
+        assert exit_code(job, timeout_s=300) == 0, job.log()[-3000:]
+    finally:
+        job.stop(timeout_s=20)
+    alerts = [avro_codec.decode(m.value()) for m in read_topic(broker.bootstrap_servers, topics["alerts"], 1)]
+    assert {(a["alertname"], a["labels"]["group_id"], a["labels"]["partition"]) for a in alerts} == {
+        ("OffsetCommitEpochRegression", group, "0")}
 
 
 def test_a_deleted_group_gives_no_event_and_no_error(cluster, collector):
