@@ -121,6 +121,13 @@ class RuleSettings:
     # a controller epoch grows by one per election
     max_controller_epoch_jump: int = field(default=100_000, metadata=_alias("event.max.controller.epoch.jump"))
     client_shards: int = field(default=16, metadata=_alias("state.client.shards"))
+    # How many entities one cluster may hold in state (streaming.rules.records.over_capacity): a
+    # producer inventing ids (a bug, a forgery) fills dead letters, not the state store. Clients
+    # and commit partitions are capped per shard, at the cluster's cap over the shards.
+    max_brokers: int = field(default=10_000, metadata=_alias("state.max.brokers.per.cluster"))
+    max_nodes: int = field(default=10_000, metadata=_alias("state.max.nodes.per.cluster"))
+    max_clients: int = field(default=1_000_000, metadata=_alias("state.max.clients.per.cluster"))
+    max_commit_partitions: int = field(default=1_000_000, metadata=_alias("state.max.commit.partitions.per.cluster"))
 
 
 @dataclass(frozen=True)
@@ -302,6 +309,12 @@ def validate(settings: Settings) -> Settings:
                               "list the exporters' URLs, comma-separated, e.g. http://broker-1:7071/metrics")
     if r.client_shards < 1:
         raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (at least 4x the shuffle partitions)")
+    for key, value in (("state.max.brokers.per.cluster", r.max_brokers), ("state.max.nodes.per.cluster", r.max_nodes),
+                       ("state.max.clients.per.cluster", r.max_clients),
+                       ("state.max.commit.partitions.per.cluster", r.max_commit_partitions)):
+        if value < 1:
+            raise ConfigError(f"rules.{key}", f"{value} would refuse every entity",
+                              f"use a value above 0, or leave it out for the default ({_DEFAULT_RULES[key]})")
     for key, value in (("event.max.future.ms", r.max_future_ms), ("event.max.past.ms", r.max_past_ms),
                        ("event.max.epoch", r.max_epoch), ("event.max.epoch.jump", r.max_epoch_jump),
                        ("event.max.controller.epoch.jump", r.max_controller_epoch_jump)):

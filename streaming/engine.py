@@ -65,6 +65,8 @@ class StepResult:
     invalid: list[tuple[dict, str]] = field(default_factory=list)
     # plausible alone, but leaping past what the key holds (streaming.plausible): refused
     refused: list[tuple[dict, str]] = field(default_factory=list)
+    # a new entity of a cluster whose state is full (rules.state.max.*.per.cluster): refused
+    capped: list[tuple[dict, str]] = field(default_factory=list)
     touched: set = field(default_factory=set)  # ids of the entities the step changed or added
     deadline: int | None = None
     late: int = 0
@@ -133,6 +135,11 @@ class KeyEngine:
                 floor = t = max(t, floor)
                 self._forget(t, out)
                 deadline = self._deadline(floor)
+                continue
+            full = self.table.over_capacity(ev)
+            if full:
+                if OWNER_KIND.get(ev["event_type"]) == self.kind:
+                    out.capped.append((ev, full))
                 continue
             leap = self.table.implausible(ev)
             if leap:

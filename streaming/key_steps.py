@@ -310,6 +310,7 @@ def _output_rows(cluster_id: str, now: int, result) -> list[dict]:
              for s in result.summaries]
     refusals = [("invalid_event", ev, why) for ev, why in result.invalid]
     refusals += [(plausible.JUMP, ev, why) for ev, why in result.refused]
+    refusals += [(plausible.CAP, ev, why) for ev, why in result.capped]
     for reason, ev, why in refusals:
         rows.append({"kind": DEAD_LETTER_KIND, "cluster_id": cluster_id, "event_time": ev["event_time"],
                      "payload": json_text({"reason": reason, "detail": why, **coordinates(ev)}),

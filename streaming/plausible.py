@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 FUTURE, PAST, VALUE, JUMP = "future_event_time", "past_event_time", "implausible_value", "implausible_jump"
+CAP = "entity_cap"   # a new entity of a cluster whose state is full (rules.state.max.*.per.cluster)
 EPOCH_FIELDS = ("incarnation_id", "metadata_epoch")
 
 

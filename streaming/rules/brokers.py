@@ -16,7 +16,8 @@ from streaming import events
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
 from streaming.rules import served_runs
-from streaming.rules.records import NO_TIME, STATES, BrokerRecord, ClusterRecord, expire, first_after, jumps, utc
+from streaming.rules.records import (NO_TIME, STATES, BrokerRecord, ClusterRecord, expire, first_after, jumps,
+                                     over_capacity, utc)
 
 # A controller answer that means "you are an old incarnation" (KIP-343 / KRaft).
 REGRESSION_ERRORS = frozenset({events.INVALID_INCARNATION_ID, events.STALE_BROKER_EPOCH,
@@ -91,6 +92,14 @@ class BrokerFleet:
         return (f"incarnation_id {incarnation} leaps more than rules.event.max.epoch.jump="
                 f"{self.settings.max_epoch_jump} past {b.incarnation_id} (heard {b.leap_heartbeats} time(s); "
                 f"{self.settings.duplicate_min_heartbeats} are believed)")
+
+    def over_capacity(self, ev: dict) -> str | None:
+        """Why an event for a broker new to a full fleet is refused (rules.state.max.brokers.per.cluster)."""
+        if ev["event_type"] not in ("broker_heartbeat", "metadata_update", "metadata_response") \
+                or ev.get("broker_id") is None or ev["broker_id"] < 0:
+            return None
+        return over_capacity(self.brokers, ev["broker_id"], self.settings.max_brokers, "broker",
+                             "state.max.brokers.per.cluster")
 
     def broker(self, broker_id: int) -> BrokerRecord:
         b = self.brokers.get(broker_id)

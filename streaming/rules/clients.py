@@ -11,7 +11,7 @@ import numpy as np
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
 from streaming.rules.quiet_responses import QuietRuns, quiet_runs
-from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, jumps, utc
+from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, jumps, over_capacity, shard_cap, utc
 
 
 @dataclass
@@ -30,6 +30,15 @@ class ClientShard:
             c = self.clients[client_id] = ClientRecord(client_id)
         self.touched.add(client_id)
         return c
+
+    def over_capacity(self, ev: dict) -> str | None:
+        """Why an event of a client new to a full shard is refused (rules.state.max.clients.per.cluster)."""
+        if ev.get("client_id") is None:
+            return None
+        return over_capacity(self.clients, ev["client_id"], self._cap(), "client", "state.max.clients.per.cluster")
+
+    def _cap(self) -> int:
+        return shard_cap(self.settings.max_clients, self.settings.client_shards)
 
     def implausible(self, ev: dict) -> str | None:
         """Why a response's epoch leaps too far past the client's accepted one (streaming.plausible):
@@ -83,6 +92,8 @@ class ClientShard:
                 *(a.tolist() for a in (runs.client, runs.last_ms, runs.first_epoch, runs.final_epoch, runs.cluster))):
             client_id, cluster_id = client_ids[code], cluster_ids[cluster] if cluster >= 0 else ""
             c = self.clients.get(client_id)
+            if c is None and len(self.clients) >= self._cap():
+                continue   # left to the events one by one: the engine refuses them (over_capacity)
             if c is not None and (c.first_failure_ms != NO_TIME or c.stale_broker_ids or c.mismatch_since_ms != NO_TIME
                                   or first_epoch < c.accepted_epoch
                                   or jumps(first_epoch, c.accepted_epoch, self.settings.max_epoch_jump)

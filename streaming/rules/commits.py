@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
-from streaming.rules.records import NO_TIME, CommitRecord, expire, jumps
+from streaming.rules.records import NO_TIME, CommitRecord, expire, jumps, over_capacity, shard_cap
 
 
 @dataclass
@@ -20,6 +20,15 @@ class CommitShard:
     commits: dict[tuple[str, str, int], CommitRecord] = field(default_factory=dict)
     touched: set[tuple[str, str, int]] = field(default_factory=set)
     dirty: bool = False
+
+    def over_capacity(self, ev: dict) -> str | None:
+        """Why a commit of a partition new to a full shard is refused
+        (rules.state.max.commit.partitions.per.cluster)."""
+        if ev["event_type"] != "offset_commit":
+            return None
+        cap = shard_cap(self.settings.max_commit_partitions, self.settings.client_shards)
+        return over_capacity(self.commits, (ev["group_id"], ev["topic"], ev["partition"]), cap, "commit partition",
+                             "state.max.commit.partitions.per.cluster")
 
     def implausible(self, ev: dict) -> str | None:
         """Why a commit's epoch leaps too far past the partition's (streaming.plausible): kept as

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from streaming import events
 from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
-from streaming.rules.records import NO_TIME, NodeRecord, expire
+from streaming.rules.records import NO_TIME, NodeRecord, expire, over_capacity
 
 MAX_TRACKED_CLIENTS = 1000
 JITTER_LOW, JITTER_HIGH = 0.8, 1.2
@@ -48,6 +48,17 @@ class NodeTable:
             n = self.nodes[node_id] = NodeRecord(node_id)
         self.touched.add(node_id)
         return n
+
+    def over_capacity(self, ev: dict) -> str | None:
+        """Why an event of a node new to a full table is refused (rules.state.max.nodes.per.cluster)."""
+        kind = ev["event_type"]
+        if kind == "connection_attempt":
+            node = ev["node_id"]
+        elif kind == "metadata_response" and ev.get("error_code") == events.REBOOTSTRAP_REQUIRED:
+            node = ev["broker_id"]
+        else:
+            return None
+        return over_capacity(self.nodes, node, self.settings.max_nodes, "node", "state.max.nodes.per.cluster")
 
     def implausible(self, ev: dict) -> str | None:
         """Nothing a node's events carry is a high-water mark (streaming.plausible)."""

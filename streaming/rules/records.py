@@ -121,6 +121,18 @@ def expire(store: dict, now: int, expiry_ms: int, has_open_alert) -> list:
     return gone
 
 
+def over_capacity(store: dict, key, cap: int, what: str, setting: str) -> str | None:
+    """Why an event for an entity not in ``store`` is refused when the store holds ``cap``."""
+    if key in store or len(store) < cap:
+        return None
+    return f"{what} {key!r} refused: the cluster already holds {len(store)} (rules.{setting}={cap})"
+
+
+def shard_cap(cluster_cap: int, shards: int) -> int:
+    """A sharded kind's cap per shard: the cluster's cap over the shards, rounded up."""
+    return -(-cluster_cap // max(1, shards))
+
+
 def first_after(times, t: int) -> int | None:
     """The earliest of ``times`` strictly after ``t`` (deadlines already passed are handled)."""
     return min((x for x in times if x > t), default=None)
