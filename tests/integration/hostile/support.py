@@ -93,3 +93,14 @@ def exit_code(job, timeout_s: float) -> int:
     wait_until(lambda: job.returncode() is not None, timeout_s=timeout_s, interval_s=0.5,
                what=f"the job to finish; its log ends:\n{job.log()[-2000:]}")
     return job.returncode()
+
+
+def run_to_exit(config, log_path, timeout_s: float = 300):
+    """`epochwatch run --event-time --available-now` as a process, to its own end: (exit code, job)."""
+    from tests.integration.faults.support import JobProcess
+
+    job = JobProcess(config, log_path, ("--event-time", "--available-now")).start()
+    try:
+        return exit_code(job, timeout_s), job
+    finally:
+        job.stop(timeout_s=20)

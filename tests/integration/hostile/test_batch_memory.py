@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from tests.integration.faults.support import JobProcess, job_on_fresh_topics
-from tests.integration.hostile.support import dead_letter_headers, exit_code, produce_raw, write_events
+from tests.integration.faults.support import job_on_fresh_topics
+from tests.integration.hostile.support import dead_letter_headers, produce_raw, run_to_exit, write_events
 from tests.unit.rules.builders import hb
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(900)]
@@ -33,11 +33,7 @@ def test_thousands_of_large_records_in_one_batch_do_not_fail_it(own_broker, tmp_
             beats[-1]["cluster_id"] = "after-the-files"
     write_events(bootstrap, topics["events"], beats)
 
-    job = JobProcess(config, tmp_path / "job.log", ("--event-time", "--available-now")).start()
-    try:
-        code = exit_code(job, timeout_s=600)
-    finally:
-        job.stop(timeout_s=20)
+    code, job = run_to_exit(config, tmp_path / "job.log", timeout_s=600)
     assert code == 0, job.log()[-4000:]
     batches = job.batches()
     assert batches[0].events == RECORDS + len(beats), "one batch holding every record"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.faults.support import JobProcess, job_on_fresh_topics
-from tests.integration.hostile.support import exit_code, produce_raw
+from tests.integration.faults.support import job_on_fresh_topics
+from tests.integration.hostile.support import produce_raw, run_to_exit
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -17,11 +17,7 @@ def test_a_run_that_refused_every_record_fails_loudly(broker, tmp_path):
     # JSON where Avro is expected: what a producer on the wrong encoding sends
     produce_raw(broker.bootstrap_servers, topics["events"],
                 [(b"c/broker-1", b'{"event_type": "broker_heartbeat"}')] * 5 + [(b"c/broker-1", b"{}")])
-    job = JobProcess(config, tmp_path / "job.log", ("--event-time", "--available-now")).start()
-    try:
-        code = exit_code(job, timeout_s=300)
-    finally:
-        job.stop(timeout_s=20)
+    code, job = run_to_exit(config, tmp_path / "job.log")
     log = job.log()
     assert code == 1, log[-3000:]
     assert "refused 6 (bad_magic_byte=5, truncated_header=1)" in log  # the batch line

@@ -41,14 +41,10 @@ def job_topics(broker, tmp_path, prefix: str):
 
 def alerts_from_the_job(broker, config, topics, tmp_path, expected: int) -> list[dict]:
     """`epochwatch run --event-time --available-now` over the hook's events: its alert records."""
-    from tests.integration.faults.support import JobProcess
-    from tests.integration.hostile.support import exit_code
+    from tests.integration.hostile.support import run_to_exit
 
-    job = JobProcess(config, tmp_path / "job.log", ("--event-time", "--available-now")).start()
-    try:
-        assert exit_code(job, timeout_s=300) == 0, job.log()[-3000:]
-    finally:
-        job.stop(timeout_s=20)
+    code, job = run_to_exit(config, tmp_path / "job.log")
+    assert code == 0, job.log()[-3000:]
     return published(broker.bootstrap_servers, topics["alerts"], expected)
 
 

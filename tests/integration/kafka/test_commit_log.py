@@ -179,8 +179,8 @@ def test_the_regression_reaches_the_alerts_topic_through_epochwatch_run(cluster,
     events on an events topic, the alert on the alerts topic. A later commit of the group moves
     event time past the regression (the job's horizon trails the newest event by 2 s)."""
     from streaming.demo import read_topic
-    from tests.integration.faults.support import JobProcess, job_on_fresh_topics
-    from tests.integration.hostile.support import exit_code, write_events
+    from tests.integration.faults.support import job_on_fresh_topics
+    from tests.integration.hostile.support import run_to_exit, write_events
     from udfs import avro_codec
 
     group = f"billing-{tmp_path.name[-6:]}"
@@ -195,11 +195,8 @@ def test_the_regression_reaches_the_alerts_topic_through_epochwatch_run(cluster,
 
     config_path, topics = job_on_fresh_topics(broker.bootstrap_servers, tmp_path, "commits")
     write_events(broker.bootstrap_servers, topics["events"], events.commits(group))
-    job = JobProcess(config_path, tmp_path / "job.log", ("--event-time", "--available-now")).start()
-    try:
-        assert exit_code(job, timeout_s=300) == 0, job.log()[-3000:]
-    finally:
-        job.stop(timeout_s=20)
+    code, job = run_to_exit(config_path, tmp_path / "job.log")
+    assert code == 0, job.log()[-3000:]
     alerts = [avro_codec.decode(m.value()) for m in read_topic(broker.bootstrap_servers, topics["alerts"], 1)]
     assert {(a["alertname"], a["labels"]["group_id"], a["labels"]["partition"]) for a in alerts} == {
         ("OffsetCommitEpochRegression", group, "0")}

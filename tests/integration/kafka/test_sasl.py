@@ -13,8 +13,8 @@ import time
 import pytest
 
 from streaming.tools.kafka_cluster import KafkaCluster
-from tests.integration.faults.support import JobProcess, job_on_fresh_topics
-from tests.integration.hostile.support import dead_letter_headers, exit_code, produce_raw, write_events
+from tests.integration.faults.support import job_on_fresh_topics
+from tests.integration.hostile.support import dead_letter_headers, produce_raw, run_to_exit, write_events
 from tests.unit.rules.builders import hb
 
 pytestmark = [pytest.mark.integration]
@@ -49,11 +49,7 @@ def test_the_job_reads_writes_and_dead_letters_through_sasl(cluster, tmp_path):
     write_events(cluster.sasl_bootstrap_servers, topics["events"], beats, **sasl())
     produce_raw(cluster.sasl_bootstrap_servers, topics["events"], [(b"c/broker-9", b"not avro")], **sasl())
 
-    job = JobProcess(config, tmp_path / "job.log", ("--event-time", "--available-now")).start()
-    try:
-        code = exit_code(job, timeout_s=300)
-    finally:
-        job.stop(timeout_s=20)
+    code, job = run_to_exit(config, tmp_path / "job.log")
     log = job.log()
     assert code == 0, log[-3000:]
     assert PASSWORD not in log
