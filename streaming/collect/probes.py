@@ -109,54 +109,129 @@ def _reason(exc: Exception) -> str:
 
 
 class ClusterProbe:
-    """One kafka-python admin client to the watched cluster, kept across rounds."""
+    """One kafka-python admin client to the watched cluster, kept across rounds while it answers.
 
-    def __init__(self, bootstrap_servers: str, client_id: str, timeout_ms: int, client: Mapping[str, str] | None = None):
-        self._config = dict(bootstrap_servers=bootstrap_servers, client_id=client_id, request_timeout_ms=timeout_ms,
+    kafka-python bootstraps from one server picked at random and waits for it up to the whole
+    bootstrap timeout (30 s by default): a paused broker on the list held a fresh collector at
+    "unreachable" for rounds on end while the other brokers answered. So each server is tried in
+    turn, one request timeout each, the brokers learned from earlier answers after the configured
+    ones; and a client that failed ``rebuild_after`` calls in a row is dropped and bootstrapped
+    anew (its connections may all lead to processes that are gone or stopped)."""
+
+    def __init__(self, bootstrap_servers: str, client_id: str, timeout_ms: int, client: Mapping[str, str] | None = None,
+                 rebuild_after: int = 3, admin_factory=None):
+        self._servers = [s.strip() for s in bootstrap_servers.split(",") if s.strip()]
+        self._learned: list[str] = []
+        self._config = dict(client_id=client_id, request_timeout_ms=timeout_ms, bootstrap_timeout_ms=timeout_ms,
                             reconnect_backoff_max_ms=1000, **client_options(client or {}))
         self._timeout_ms = timeout_ms
+        self._rebuild_after = rebuild_after
+        self._admin_factory = admin_factory
         self._admin = None
+        self._next_server = 0
+        self._answered_by: int | None = None
+        self.failures_in_a_row = 0
+        self.bootstraps = 0
+
+    def _candidates(self) -> list[str]:
+        servers = self._servers + [s for s in self._learned if s not in self._servers]
+        first = self._next_server % len(servers)
+        return servers[first:] + servers[:first]
 
     def _client(self):
-        if self._admin is None:
-            from kafka import KafkaAdminClient
+        if self._admin is not None:
+            return self._admin
+        factory = self._admin_factory
+        if factory is None:
+            from kafka import KafkaAdminClient as factory
 
             logging.getLogger("kafka").setLevel(logging.CRITICAL)  # failures are reported as events
+        tried = []
+        for server in self._candidates():
+            self._next_server += 1  # the next bootstrap starts after this one, whatever happens
             try:
-                self._admin = KafkaAdminClient(**self._config)
+                self._admin = factory(bootstrap_servers=server, **self._config)
             except Exception as exc:  # noqa: BLE001 - any failure to bootstrap is "no node"
-                raise ProbeError("NO_NODE_AVAILABLE", f"{type(exc).__name__}: {exc}") from None
-        return self._admin
+                tried.append(f"{server}: {type(exc).__name__}: {exc}")
+                continue
+            self.bootstraps += 1
+            manager_config = getattr(getattr(self._admin, "_manager", None), "config", None)
+            if manager_config is not None:
+                # a connection's setup (its ApiVersions answer) may take 10 s by default, and the
+                # admin client takes no setting for it: a paused broker would cost that per call
+                manager_config["socket_connection_setup_timeout_ms"] = self._timeout_ms
+                manager_config["socket_connection_setup_timeout_max_ms"] = self._timeout_ms
+            return self._admin
+        raise ProbeError("NO_NODE_AVAILABLE", "; ".join(tried))
 
     def _call(self, what: str, fn):
         try:
-            return fn(self._client())
-        except ProbeError:
-            raise
+            result = fn(self._client())
         except Exception as exc:  # noqa: BLE001 - the collector must outlive every answer
+            self.failures_in_a_row += 1
+            if self._admin is not None and self.failures_in_a_row >= self._rebuild_after:
+                self.close()
+            if isinstance(exc, ProbeError):
+                raise
             raise ProbeError(_reason(exc), f"{what}: {type(exc).__name__}: {exc}") from None
+        self.failures_in_a_row = 0
+        return result
+
+    def _ask(self, what: str, request):
+        """``request``'s response from one broker: the one that answered last, else each known
+        broker in turn, one request timeout each. (kafka-python's own admin calls go to a random
+        broker without a request in flight and wait for it 10 s: a paused broker on the list
+        made DescribeCluster fail, round after round, while the others would have answered.)"""
+        async def ask(admin):
+            manager = admin._manager
+            known = sorted(b.node_id for b in manager.cluster.brokers()) or [
+                b.node_id for b in manager.cluster.bootstrap_brokers()]
+            order = sorted(known, key=lambda n: n != self._answered_by)
+            failed = None
+            for node in order:
+                try:
+                    response = await manager.send(request, node_id=node, request_timeout_ms=self._timeout_ms)
+                except Exception as exc:  # noqa: BLE001 - the next broker may answer
+                    failed = failed or exc
+                    continue
+                self._answered_by = node
+                return response
+            raise failed or RuntimeError("no broker known")
+
+        return self._call(what, lambda a: a._manager.run(ask, a))
 
     def quorum(self) -> QuorumState:
-        result = self._call("DescribeQuorum", lambda a: a.describe_metadata_quorum())
-        part = result["topics"][0]["partitions"][0]
-        if part.get("error"):
-            raise ProbeError("REQUEST_TIMEOUT", f"DescribeQuorum: {part['error']}")
-        observers = {o["replica_id"]: (o["log_end_offset"], o["last_fetch_timestamp"])
-                     for o in part.get("observers", [])}
-        return QuorumState(part["leader_id"], part["leader_epoch"], part["high_watermark"], observers)
+        from kafka.protocol.admin import DescribeQuorumRequest
+
+        topic = DescribeQuorumRequest.TopicData
+        request = DescribeQuorumRequest(topics=[topic(topic_name="__cluster_metadata",
+                                                      partitions=[topic.PartitionData(partition_index=0)])])
+        response = self._ask("DescribeQuorum", request)
+        part = response.topics[0].partitions[0]
+        if response.error_code or part.error_code:
+            raise ProbeError("REQUEST_TIMEOUT", f"DescribeQuorum: error {response.error_code or part.error_code}")
+        observers = {o.replica_id: (o.log_end_offset, o.last_fetch_timestamp) for o in part.observers}
+        return QuorumState(part.leader_id, part.leader_epoch, part.high_watermark, observers)
 
     def cluster(self) -> ClusterState:
-        result = self._call("DescribeCluster", lambda a: a.describe_cluster())
-        brokers = {b["broker_id"]: BrokerRegistration(b["broker_id"], b["host"], b["port"], bool(b.get("is_fenced")))
-                   for b in result["brokers"]}
-        return ClusterState(result["cluster_id"], brokers)
+        from kafka.protocol.admin import DescribeClusterRequest
+
+        response = self._ask("DescribeCluster", DescribeClusterRequest(include_cluster_authorized_operations=False,
+                                                                      include_fenced_brokers=True))
+        if response.error_code:
+            raise ProbeError("REQUEST_TIMEOUT", f"DescribeCluster: error {response.error_code}: {response.error_message}")
+        brokers = {b.broker_id: BrokerRegistration(b.broker_id, b.host, b.port, bool(getattr(b, "is_fenced", False)))
+                   for b in response.brokers}
+        self._learned = [f"{b.host}:{b.port}" for b in brokers.values()]
+        return ClusterState(response.cluster_id, brokers)
 
     def close(self) -> None:
-        if self._admin is not None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
             try:
-                self._admin.close()
-            finally:
-                self._admin = None
+                admin.close()
+            except Exception:  # noqa: BLE001 - a client that cannot close is dropped all the same
+                pass
 
 
 class BrokerProbe(ClusterProbe):

@@ -341,9 +341,14 @@ def test_the_reader_jvm_does_not_outlive_a_collector_killed_with_sigkill(cluster
                              "--set", "collect.offset.commits=on", "--set", "collect.metrics.port=0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
+    def children_of(task):
+        try:
+            return (task / "children").read_text().split()
+        except FileNotFoundError:  # a short-lived thread of the collector ended meanwhile
+            return []
+
     def jvms():
-        return [int(c) for task in Path(f"/proc/{proc.pid}/task").iterdir()
-                for c in (task / "children").read_text().split()]
+        return [int(c) for task in Path(f"/proc/{proc.pid}/task").iterdir() for c in children_of(task)]
 
     try:
         [jvm] = wait_until(jvms, 60, what="the reader's JVM started")
