@@ -14,7 +14,8 @@ mode a key applies its events up to it minus the allowed lateness in the same mi
 single-process detector does, instead of holding the whole batch until the next watermark. Every
 event reaches the engine; one older than its key's horizon is applied late and counted (``late``
 summaries -> epochwatch_late_events_total), never dropped. A dead letter's time (maybe the year
-3000) does not count for the clock.
+3000) does not count for the clock, and the clock stops at the first unread event of a partition
+of the events topic that is behind (udfs.read_progress).
 """
 
 from __future__ import annotations
@@ -60,14 +61,15 @@ _NOT_PACKED = frozenset({"kind", "shard", "event_time", "event_ms"})
 PACK_ROWS = 100_000  # input rows gathered before packing: fewer, fuller packs per key
 
 
-def route_and_pack(client_shards: int, limits: Limits,
-                   pack_rows: int = PACK_ROWS) -> Callable[[Iterable], Iterator[pa.RecordBatch]]:
+def route_and_pack(client_shards: int, limits: Limits, pack_rows: int = PACK_ROWS,
+                   clock_cap_ms: int | None = None) -> Callable[[Iterable], Iterator[pa.RecordBatch]]:
     """The ``DataFrame.mapInArrow`` function: decoded event rows in, one pack per state key out.
 
     Spark hands the function Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch``
     (10,000) rows; packing each on its own gave every key a pack per 10,000 rows, most of them a
     handful of events that each cost a pack's fixed price downstream. Up to ``pack_rows`` rows are
-    gathered first (the stateful stage waits for the whole stage anyway)."""
+    gathered first (the stateful stage waits for the whole stage anyway). ``clock_cap_ms``: the
+    clock may not pass it (a partition of the events topic is behind: udfs.read_progress)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         gathered: list[pa.RecordBatch] = []
@@ -77,20 +79,21 @@ def route_and_pack(client_shards: int, limits: Limits,
                 gathered.append(batch)
                 rows += batch.num_rows
             if rows >= pack_rows:
-                yield _route_and_pack(gathered, client_shards, limits)
+                yield _route_and_pack(gathered, client_shards, limits, clock_cap_ms)
                 gathered, rows = [], 0
         if gathered:
-            yield _route_and_pack(gathered, client_shards, limits)
+            yield _route_and_pack(gathered, client_shards, limits, clock_cap_ms)
 
     return run
 
 
-def _route_and_pack(batches: list[pa.RecordBatch], client_shards: int, limits: Limits) -> pa.RecordBatch:
+def _route_and_pack(batches: list[pa.RecordBatch], client_shards: int, limits: Limits,
+                    clock_cap_ms: int | None) -> pa.RecordBatch:
     records = pa.Table.from_batches(batches)
-    return pack(route_batch(records, client_shards, limits, int(time.time() * 1000)), records.num_rows)
+    return pack(route_batch(records, client_shards, limits, int(time.time() * 1000)), records.num_rows, clock_cap_ms)
 
 
-def pack(table: pa.Table, records: int = 0) -> pa.RecordBatch:
+def pack(table: pa.Table, records: int = 0, clock_cap_ms: int | None = None) -> pa.RecordBatch:
     """Group the routed rows of one batch by state key, in order of first appearance. The clock
     row's ``events`` is ``records``, the number of records the batch was routed from (an event
     feeding two keys is in two packs): Spark's input rows count packs, this counts records
@@ -100,6 +103,8 @@ def pack(table: pa.Table, records: int = 0) -> pa.RecordBatch:
     groups = keyed.group_by(list(KEY_COLUMNS), use_threads=False).aggregate([("_row", "list")])
     # null for dead letters (streaming.routing): a batch of only dead letters has no clock
     clock_ms = pc.max(pc.cast(table.column("event_time"), _MS, safe=False).cast(pa.int64())).as_py()
+    if clock_ms is not None and clock_cap_ms is not None:
+        clock_ms = min(clock_ms, clock_cap_ms)
     out = {name: [] for name in _ARROW_SCHEMA.names}
     # one take puts every key's rows together (keys in order of first appearance, rows in input
     # order); each pack is then a zero-copy slice of it

@@ -74,12 +74,15 @@ log = logging.getLogger("epochwatch.kafka_source")
 
 class KafkaRangePartition(InputPartition):
     """One Spark partition: offset ranges [start, end) of Kafka partitions, read in this order.
-    ``losses``: data losses the planner found (failOnDataLoss=false), for this task to report."""
+    ``losses``: data losses the planner found (failOnDataLoss=false), for this task to report;
+    ``clock_cap_ms``: how far the batch's clock may go (udfs.read_progress)."""
 
-    def __init__(self, spans: list[OffsetRange], losses: int = 0):
+    def __init__(self, spans: list[OffsetRange], losses: int = 0, clock_cap_ms: int | None = None):
         super().__init__(spans)
         self.spans = spans
         self.losses = losses
+        # the event time of the earliest unread record of a partition behind (udfs.read_progress)
+        self.clock_cap_ms = clock_cap_ms
 
 
 class KafkaEventSource(DataSource):
@@ -115,12 +118,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions):
         self.options = options
         self._broker_offsets = None
+        self._next_event_times = None
         self._available_now_target: dict | None = None
         self._latest_seen: dict | None = None
 
     def __getstate__(self):  # shipped to executors: without the driver's admin client
         state = dict(self.__dict__)
-        state["_broker_offsets"] = None
+        state["_broker_offsets"] = state["_next_event_times"] = None
         return state
 
     def _broker(self):
@@ -177,7 +181,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges, losses = plan_ranges(begin, until, earliest, recreated_topics(begin_ids, until_ids))
         report_data_loss(losses, self.options.fail_on_data_loss)
         spans = split_ranges(ranges, self.options.min_partitions)
-        planned = [KafkaRangePartition(group) for group in
+        cap = self._clock_cap(until) if self.options.output == "packs" else None
+        planned = [KafkaRangePartition(group, clock_cap_ms=cap) for group in
                    group_ranges(spans, self.options.records_per_task, self.options.min_partitions)]
         if losses and self.options.output == "packs":
             # counted by the job's metrics (streaming.packs.LOSS_KIND), not only logged here: the
@@ -188,12 +193,28 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 planned.append(KafkaRangePartition([], len(losses)))
         return planned
 
+    def _clock_cap(self, until) -> int | None:
+        """How far the batch's clock may go: not past a partition that is behind (udfs.read_progress)."""
+        from udfs.read_progress import NextEventTimes, lagging
+
+        latest = self._latest_seen if self._latest_seen is not None else self._broker().latest(list(until))
+        behind = lagging(until, latest)
+        if not behind:
+            return None
+        if self._next_event_times is None:
+            options = self.options
+            self._next_event_times = NextEventTimes(options.client, lambda topic: _decoder(options, topic),
+                                                    options.poll_timeout_ms)
+        return self._next_event_times.clock_cap(behind)
+
     def commit(self, end: dict) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
 
     def stop(self) -> None:
         if self._broker_offsets is not None:
             self._broker_offsets.close()
+        if self._next_event_times is not None:
+            self._next_event_times.close()
 
     # --- executor side -------------------------------------------------------------------
 
@@ -240,7 +261,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limits = Limits(options.pack_max_future_ms, options.pack_max_past_ms, options.pack_max_epoch,
                             wall_clock=options.pack_clock == "wall")
             # one packing pass over all the task's ranges: fewer, fuller packs to shuffle
-            yield from route_and_pack(options.pack_client_shards, limits)(decoded())
+            yield from route_and_pack(options.pack_client_shards, limits,
+                                      clock_cap_ms=partition.clock_cap_ms)(decoded())
             if sum(losses):
                 from streaming.packs import loss_row
 

@@ -64,6 +64,17 @@ def test_every_pack_carries_its_batch_newest_event_time_in_ms():
     assert {p["clock_ms"] for p in out} == {T0 + 9}
 
 
+def test_the_clock_stops_at_a_lagging_partitions_first_unread_event():
+    """Why (issue 27): the planner found a partition behind whose next event is at T0 + 3; neither
+    the watermark (the clock row) nor any key's horizon (the packs' clock_ms) may pass it, though
+    this batch read events up to T0 + 9 from the partitions ahead. A cap above the batch's newest
+    time changes nothing."""
+    out = pack(table(ROWS), clock_cap_ms=T0 + 3).to_pylist()
+    assert {p["clock_ms"] for p in out} == {T0 + 3}
+    assert out[-1]["event_time"] == datetime.fromtimestamp((T0 + 3) / 1000, timezone.utc)
+    assert {p["clock_ms"] for p in pack(table(ROWS), clock_cap_ms=T0 + 60).to_pylist()} == {T0 + 9}
+
+
 def test_unpack_gives_back_each_event_with_its_own_fields_and_times_in_ms():
     """Why: rules read optional fields with .get and times as integer milliseconds."""
     first = unpack(pack(table(ROWS)).column("payload")[0].as_py())
