@@ -43,7 +43,8 @@ class OutputBatch:
                                            "raw_key": _bytes(row["raw_key"]), "raw_value": _bytes(row["raw_value"])})
         # Deterministic order inside a batch (keys are processed in any order by Spark).
         batch.alerts.sort(key=lambda a: (a["event_time"], a["alertname"], a["fingerprint"], a["status"]))
-        batch.transitions.sort(key=lambda t: (t["at_ms"], t["cluster_id"], t["broker_id"]))
+        # a reversal (reverses_at_ms) stays after the decision it reverses, though its time is earlier
+        batch.transitions.sort(key=lambda t: (t.get("reverses_at_ms", t["at_ms"]), t["cluster_id"], t["broker_id"]))
         return batch
 
 

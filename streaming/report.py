@@ -136,20 +136,34 @@ def time_window(transitions: list[dict], incidents: list[Incident]) -> tuple[int
 def broker_lanes(transitions: list[dict], window: tuple[int, int]) -> dict[tuple[str, int], list[Segment]]:
     """Per (cluster, broker): the state segments covering the window, in time order.
 
-    Before a broker's first transition it was in that transition's ``from_state``; after the
-    last one it stays in its ``to_state`` until the end of the window.
+    Transitions are drawn in time order, except one that reverses an earlier decision
+    (``reverses_at_ms``: an event read late undid it, so its time is before the decision's): it
+    comes right after the decision it reverses and rewrites the lane from its own time on, since
+    what was drawn there is what the job believed before the event arrived, not what the broker
+    did. Before a broker's first transition it was in that transition's ``from_state``; after
+    the last one it stays in its ``to_state``.
     """
     per_broker: dict[tuple[str, int], list[dict]] = defaultdict(list)
     for t in transitions:
         per_broker[(t["cluster_id"], t["broker_id"])].append(t)
     lanes = {}
     for key in sorted(per_broker):
-        ordered = sorted(per_broker[key], key=lambda t: t["at_ms"])  # stable: input order breaks ties
-        segments = [Segment(ordered[0]["from_state"], window[0], ordered[0]["at_ms"])]
-        for current, following in zip(ordered, ordered[1:] + [None]):
-            end = following["at_ms"] if following else window[1]
-            segments.append(Segment(current["to_state"], current["at_ms"], end))
-        lanes[key] = [s for s in segments if s.end_ms > s.start_ms]
+        # stable: the order of the file breaks ties (a reversal follows what it reverses)
+        ordered = sorted(per_broker[key], key=lambda t: t.get("reverses_at_ms", t["at_ms"]))
+        starts: list[tuple[int, str]] = []   # (from when, state), in time order
+        for t in ordered:
+            while starts and starts[-1][0] > t["at_ms"]:
+                starts.pop()
+            starts.append((t["at_ms"], t["to_state"]))
+        bounds = [(window[0], ordered[0]["from_state"]), *starts]
+        segments: list[Segment] = []
+        for (start, state), following in zip(bounds, bounds[1:] + [None]):
+            end = following[0] if following else window[1]
+            if segments and segments[-1].state == state:   # a reversal joins what it restored
+                segments[-1] = Segment(state, segments[-1].start_ms, end)
+            elif end > start:
+                segments.append(Segment(state, start, end))
+        lanes[key] = segments
     return lanes
 
 

@@ -282,6 +282,9 @@ class BrokerFleet:
         if new_state == b.state:
             return
         old = b.state
+        # an event read after the decision it reverses (it was late, or its partition behind):
+        # said on the transition, so that a report draws the decision undone, not a red lane
+        reverses = b.state_since_ms if b.state_since_ms != NO_TIME and at < b.state_since_ms else None
         if b.state_since_ms != NO_TIME:
             b.time_in_state_ms[STATES.index(old)] += max(0, at - b.state_since_ms)
         flap = (old == "ACTIVE" and new_state == "INACTIVE" and reason == "timeout") or (
@@ -295,9 +298,11 @@ class BrokerFleet:
         b.state, b.state_since_ms = new_state, at
         b.inactive_reason = reason if new_state == "INACTIVE" else ""
         self.touched.add(b.broker_id)
-        self.transitions.append({"cluster_id": self.cluster_id, "broker_id": b.broker_id, "from_state": old,
-                                 "to_state": new_state, "at_ms": at, "incarnation_id": b.incarnation_id,
-                                 "reason": reason})
+        transition = {"cluster_id": self.cluster_id, "broker_id": b.broker_id, "from_state": old,
+                      "to_state": new_state, "at_ms": at, "incarnation_id": b.incarnation_id, "reason": reason}
+        if reverses is not None:
+            transition["reverses_at_ms"] = reverses
+        self.transitions.append(transition)
 
     def _catch_up(self, b: BrokerRecord, now: int) -> None:
         """Apply what silence implies up to ``now``: the controller-side heartbeat timeout."""

@@ -169,3 +169,18 @@ def test_lane_labels_name_the_cluster_only_when_there_are_several():
 
     assert lane_label(("kafka-prod", 3), {"kafka-prod"}) == "broker 3"
     assert lane_label(("kafka-prod", 3), {"kafka-prod", "kafka-dr"}) == "kafka-prod / broker 3"
+
+
+def test_a_timeout_reversed_by_a_late_heartbeat_is_not_drawn_red_to_the_end():
+    """Why (issue 27): the demo drew broker 6 INACTIVE for its last 40 s with no alert: the job
+    decided a timeout at +65.5 s, then read a heartbeat of +58.5 s that undid it. The reversal
+    comes after the timeout in the file and names it; the lane shows what the broker did."""
+    timeout = transition(6, "ACTIVE", "INACTIVE", T0 + 65_500, reason="timeout")
+    back = dict(transition(6, "INACTIVE", "ACTIVE", T0 + 58_500), reverses_at_ms=T0 + 65_500)
+    lanes = broker_lanes([transition(6, "INITIAL", "ACTIVE", T0), timeout, back], (T0, T0 + 2 * MIN))
+    assert lanes[(CLUSTER, 6)] == [Segment("ACTIVE", T0, T0 + 2 * MIN)]
+    # without the mark, the same transitions are drawn by time: the timeout last, red to the end
+    plain = dict(back)
+    del plain["reverses_at_ms"]
+    drawn = broker_lanes([transition(6, "INITIAL", "ACTIVE", T0), timeout, plain], (T0, T0 + 2 * MIN))
+    assert drawn[(CLUSTER, 6)][-1] == Segment("INACTIVE", T0 + 65_500, T0 + 2 * MIN)

@@ -148,3 +148,20 @@ def test_a_run_of_late_heartbeats_is_evaluated_once_not_once_per_event():
     assert result.late == len(late)
     assert len(evaluations) <= 2, f"{len(evaluations)} evaluations for {len(late)} late events"
     assert {b.state for b in engine.table.brokers.values()} == {"ACTIVE"}
+
+
+def test_a_late_heartbeat_that_reverses_a_timeout_says_which_decision_it_reverses():
+    """Why (issue 27): a report draws transitions in time order; the reversal of a timeout by a
+    heartbeat read late is stamped before the timeout it reverses, and drawn by time alone the
+    broker stayed red to the end. ``reverses_at_ms`` names the decision undone."""
+    from streaming.engine import KeyEngine
+    from tests.unit.rules.builders import CLUSTER
+
+    engine = KeyEngine.new("brokers", CLUSTER, 0, S)
+    engine.step(heartbeats([6], 0, 10000), 10000)
+    timed_out = engine.step([], 30000).transitions
+    assert [(t["to_state"], t["at_ms"]) for t in timed_out] == [("INACTIVE", 8006 + S.controller_heartbeat_timeout_ms)]
+    assert "reverses_at_ms" not in timed_out[0]
+    back = engine.step(heartbeats([6], 10000, 30000), 30000).transitions
+    assert back[0]["to_state"] == "ACTIVE" and back[0]["at_ms"] == 10006
+    assert back[0]["reverses_at_ms"] == timed_out[0]["at_ms"]
