@@ -193,7 +193,12 @@ def admit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, i
         return {tp: start.get(tp, latest[tp]) for tp in latest}
     if max_rows is None or total <= max_rows:
         return dict(latest)
-    shares = {tp: backlog[tp] * max_rows / total for tp in backlog}
+    # Every partition with a backlog gets a record first, when the limit allows: shared by backlog
+    # alone, a partition of a few records beside one of millions got none, batch after batch, and
+    # the batch's clock waits for a partition behind (udfs.read_progress): every key would wait too.
+    floor = {tp: 1 if backlog[tp] and max_rows >= sum(1 for b in backlog.values() if b) else 0 for tp in backlog}
+    rest, rest_total = max_rows - sum(floor.values()), total - sum(floor.values())
+    shares = {tp: floor[tp] + ((backlog[tp] - floor[tp]) * rest / rest_total if rest_total else 0) for tp in backlog}
     granted = {tp: int(share) for tp, share in shares.items()}
     leftover = max_rows - sum(granted.values())
     by_fraction = sorted(backlog, key=lambda tp: (-(shares[tp] - granted[tp]), -backlog[tp], tp))

@@ -79,6 +79,8 @@ def test_resolve_starting_rejects_incomplete_specs(spec, mentions, why):
     ({A0: 0, A1: 0, B0: 0}, {A0: 1, A1: 1, B0: 1}, 2, {A0: 1, A1: 1, B0: 0},
      "rounding leftovers go to the largest fraction, ties by name: total is exactly the limit"),
     ({A0: 5, A1: 0}, {A0: 5, A1: 100}, 10, {A0: 5, A1: 10}, "an idle partition gets nothing"),
+    ({A0: 0, A1: 0}, {A0: 3, A1: 1_000_000}, 100, {A0: 1, A1: 99},
+     "a partition of a few records beside a big one still advances (its share alone rounds to 0)"),
     ({A0: 50, A1: 0}, {A0: 20, A1: 100}, 10, {A0: 20, A1: 10},
      "reset partition (latest < start) keeps latest so that the planner reports it"),
 ])
