@@ -206,7 +206,15 @@ def _on_errors(consumer, span: OffsetRange, next_offset: int, failed: list,
                 log.warning("%s: partition is gone, skipping records up to %d (failOnDataLoss=false)", where, span.end)
                 return None, False
             low, high = consumer.get_watermark_offsets(TopicPartition(span.topic, span.partition), cached=False)
-            resume = low if next_offset < low or next_offset > high else next_offset
+            if next_offset > high:
+                # The log now ends before the range: the topic was re-created (or truncated) after
+                # the batch was planned. The range's records are gone; the new log's records are the
+                # next batches' (planned from the reset offsets). Read from 0 instead, this range
+                # waited for offsets up to its end that the new log might reach minutes later.
+                log.warning("%s is past the partition's end %d (re-created or truncated): records up to %d "
+                            "are lost (failOnDataLoss=false)", where, high, span.end)
+                return None, False
+            resume = max(low, next_offset)
             log.warning("%s is out of range [%d, %d): continuing from %d (failOnDataLoss=false)",
                         where, low, high, resume)
             return (resume if resume < span.end else None), True
