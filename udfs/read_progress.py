@@ -10,7 +10,9 @@ time of its first unread record, and the batch's clock may not pass the earliest
 (streaming.packs.pack caps it; Flink's per-partition watermarks do the same with a minimum).
 
 A partition read to its end is not behind: its next events are still to be written, and the
-lateness allowance is for them.
+lateness allowance is for them. The first unread record stands for the partition's unread events:
+a producer writes a partition in about event-time order (an idempotent one never reorders on a
+retry); disorder beyond the lateness allowance is late either way.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ class NextEventTimes:
         while len(found) < len(offsets) and time.monotonic() < deadline:
             for message in consumer.consume(len(offsets), 0.2):
                 tp = (message.topic(), message.partition())
-                if message.error() is not None or tp in found or tp not in offsets:
+                if message.error() is not None or tp in found or tp not in offsets or message.offset() < offsets[tp]:
                     continue
                 if message.topic() not in decoders:
                     decoders[message.topic()] = self._decoder_for(message.topic())

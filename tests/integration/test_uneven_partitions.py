@@ -55,7 +55,8 @@ def test_a_partition_held_back_in_event_time_times_out_no_broker(broker, spark, 
     settings = dataclasses.replace(settings, rules=rules, checkpoint_location=str(tmp_path / "checkpoint"))
     k = settings.kafka
     create_topics(broker.bootstrap_servers, {k.events_topic: 2, k.alerts_topic: 1, k.dlq_topic: 1})
-    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 20})
+    # idempotent: a retried batch never lands behind a later one (each partition stays in event-time order)
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 20, "enable.idempotence": True})
     for ev in events:
         producer.produce(k.events_topic, avro_codec.encode(ev), partition=partition_of(ev, start_ms))
     assert producer.flush(60) == 0
