@@ -101,7 +101,9 @@ def describe(names: list[str], events: list[dict], truths: dict[str, GroundTruth
     span = (events[-1]["event_time"] - events[0]["event_time"]) / 1000 if events else 0
     out.write(f"playing {len(names)} scripted incident(s): {len(events):,} events over {span:.0f} s of event time\n")
     for cluster, truth in truths.items():
-        out.write(f"  {truth.scenario} (cluster {cluster}), incident at +{(truth.incident_at_ms - truth.start_ms) / 1000:.0f} s\n")
+        when = ("no incident" if truth.incident_at_ms is None
+                else f"incident at +{(truth.incident_at_ms - truth.start_ms) / 1000:.0f} s")
+        out.write(f"  {truth.scenario} (cluster {cluster}), {when}\n")
         for e in truth.expected:
             labels = ",".join(f"{k}={v}" for k, v in sorted(e.labels.items()) if k != "cluster")
             out.write(f"    expects {e.alertname}{{{labels}}} within "
