@@ -16,6 +16,7 @@ from operator import attrgetter
 
 from streaming.alerts import AlertTracker
 from streaming.events import CLUSTER_RESET
+from streaming.plausible import time_text
 from streaming.config import RuleSettings
 from streaming.routing import OWNER_KIND
 from streaming.rules.brokers import BrokerFleet
@@ -54,6 +55,19 @@ def invalid_reason(ev: dict) -> str | None:
     if kind == "connection_attempt" and (ev["setup_timeout_ms"] < 0 or ev["consecutive_failures"] < 0):
         return "setup_timeout_ms / consecutive_failures is negative"
     return None
+
+
+def _say_why_reversed(records: list[dict], transitions: list[dict]) -> None:
+    """A heartbeat timeout resolved because an event read late reversed it (a transition with
+    ``reverses_at_ms``) says so: the broker was not silent, the page was the job's late reading."""
+    reversed_by = {str(t["broker_id"]): t for t in transitions if "reverses_at_ms" in t and t["to_state"] == "ACTIVE"}
+    for record in records:
+        t = reversed_by.get(record["labels"].get("broker_id"))
+        if t is not None and record["status"] == "resolved" and record["alertname"] == "BrokerHeartbeatTimeout":
+            record["annotations"]["description"] = (
+                f"reversed: a heartbeat of {time_text(t['at_ms'])} was read after the timeout was decided at "
+                f"{time_text(t['reverses_at_ms'])} (late, or its partition of the events topic was behind): "
+                f"broker {t['broker_id']} was not silent")
 
 
 @dataclass
@@ -195,7 +209,10 @@ class KeyEngine:
         if one_shots:
             conditions = one_shots + conditions
             table.one_shots = []
-        out.alerts.extend(self.tracker.update(conditions, now))
+        records = self.tracker.update(conditions, now)
+        if isinstance(table, BrokerFleet) and table.transitions:
+            _say_why_reversed(records, table.transitions)
+        out.alerts.extend(records)
         if isinstance(table, BrokerFleet) and table.transitions:
             out.transitions.extend(table.transitions)
             table.transitions = []

@@ -165,3 +165,19 @@ def test_a_late_heartbeat_that_reverses_a_timeout_says_which_decision_it_reverse
     back = engine.step(heartbeats([6], 10000, 30000), 30000).transitions
     assert back[0]["to_state"] == "ACTIVE" and back[0]["at_ms"] == 10006
     assert back[0]["reverses_at_ms"] == timed_out[0]["at_ms"]
+
+
+def test_a_timeout_page_resolved_by_a_late_heartbeat_says_it_was_reversed():
+    """Why (issue 27): the on-call engineer paged for a silent broker must learn from the resolve
+    that the broker never was silent (the job read its heartbeats late), not go look for a flap."""
+    from streaming.engine import KeyEngine
+    from tests.unit.rules.builders import CLUSTER
+
+    engine = KeyEngine.new("brokers", CLUSTER, 0, S)
+    engine.step(heartbeats([1, 6], 0, 10000), 10000)
+    fired = engine.step(heartbeats([1], 10000, 60000), 60000).alerts  # broker 6's wait unread
+    assert [(a["alertname"], a["status"]) for a in fired] == [("BrokerHeartbeatTimeout", "firing")]
+    resolved = engine.step(heartbeats([6], 10000, 60000), 60000).alerts
+    assert [(a["alertname"], a["status"]) for a in resolved] == [("BrokerHeartbeatTimeout", "resolved")]
+    assert resolved[0]["annotations"]["description"].startswith("reversed: a heartbeat of ")
+    assert "broker 6 was not silent" in resolved[0]["annotations"]["description"]
