@@ -51,7 +51,7 @@ def run_one(args) -> dict:
     """One configuration, in this process: stage, replay, measure; prints a JSON line."""
     from prometheus_client import generate_latest
 
-    from streaming.config import RuleSettings, Settings
+    from streaming import config
     from streaming.dispatch import MemorySink
     from streaming.metrics import Metrics
     from streaming.replay import run_staged, stage_events
@@ -82,7 +82,8 @@ def run_one(args) -> dict:
         spark = build_session("epochwatch-cardinality")
         metrics = Metrics()
         sinks = [MemorySink(), metrics]   # the metrics are a sink of the driver's (as `epochwatch run` has them)
-        query = run_staged(spark, Settings(rules=RuleSettings()), staged, sinks, str(work / "checkpoint"))
+        settings = config.load(overrides=dict(kv.split("=", 1) for kv in args.set))
+        query = run_staged(spark, settings, staged, sinks, str(work / "checkpoint"))
         progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
         later = progress[1:] or progress
         batch_s = [p["durationMs"]["triggerExecution"] / 1000 for p in later]
@@ -110,6 +111,8 @@ def main(argv=None) -> int:
     ap.add_argument("--brokers", type=int, default=3000, help="brokers in all, shared by the clusters")
     ap.add_argument("--clients", type=int, default=100_000, help="distinct clients in all")
     ap.add_argument("--chunk", type=int, default=100_000, help="events per micro-batch")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a configuration override for every run, e.g. rules.state.client.shards=1")
     ap.add_argument("--run-clusters", type=int, help=argparse.SUPPRESS)  # one run, in a child process
     args = ap.parse_args(argv)
     if args.run_clusters:
@@ -121,11 +124,13 @@ def main(argv=None) -> int:
         print(f"running {clusters} cluster(s) ...", file=sys.stderr, flush=True)
         out = subprocess.run([sys.executable, __file__, "--run-clusters", str(clusters), "--events", str(args.events),
                               "--brokers", str(args.brokers), "--clients", str(args.clients),
-                              "--chunk", str(args.chunk)], stdout=subprocess.PIPE, text=True, check=True)
+                              "--chunk", str(args.chunk), *(f"--set={kv}" for kv in args.set)],
+                             stdout=subprocess.PIPE, text=True, check=True)
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
 
     print(f"\n{args.events:,} steady-state events, {args.brokers:,} brokers and {args.clients:,} clients in all, "
-          f"{args.chunk:,} events per micro-batch, local[2], pandas API with engine hosts; "
+          f"{args.chunk:,} events per micro-batch, local[2], pandas API with engine hosts, "
+          f"settings {' '.join(args.set) or 'default'}; "
           f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print(f"{'clusters':>8} {'clients':>8} {'ev. time':>8} {'events/s':>9} {'batches':>7} {'median s':>8} "
           f"{'max s':>6} {'state rows':>10} {'state MB':>8} {'series':>7} {'alerts':>6} {'peak MiB':>8}")
