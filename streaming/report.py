@@ -323,7 +323,7 @@ def build_report(alerts_path: Path, transitions_path: Path, out_png: Path, out_h
     incidents = incidents_of(alerts)
     window = time_window(transitions, incidents)
     lanes = broker_lanes(transitions, window)
-    title = title or f"epochwatch replay: {len(lanes)} brokers, {len(incidents)} alert incidents"
+    title = title or f"epochwatch: {len(lanes)} brokers, {len(incidents)} alert incidents"
     png = draw_png(lanes, incidents, window, title)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     out_png.write_bytes(png)

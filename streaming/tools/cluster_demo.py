@@ -166,7 +166,8 @@ def _summary(out, alerts, fired, resolved_in, in_kafka, cut_ms, report, alerts_f
     if report:
         from streaming.report import build_report
 
-        build_report(alerts_file, transitions_file, report, report.with_suffix(".html"))
+        build_report(alerts_file, transitions_file, report, report.with_suffix(".html"),
+                     title=f"epochwatch demo: broker {CUT_BROKER} cut off from the controller, then healed")
         out.write(f"report: {report} and {report.with_suffix('.html')}\n")
     out.write(f"{time.monotonic() - began:.0f} s from the start\n")
     out.write("DEMO OK: a real broker cut off from the controller paged, healed and resolved; nothing else paged\n"
