@@ -16,7 +16,9 @@ engine applies them late and reports how many. In ProcessingTime mode (the live 
 is wall-clock time minus how far this key's newest events trailed the clock when they arrived, so
 a cluster that goes silent is still noticed by a timer, and a backlog after an input outage (the
 source's broker was unreachable, the job was down) is applied at its own pace instead of being
-overtaken by the clock.
+overtaken by the clock. In both modes the packs' clock stops at the first unread event of a
+partition of the events topic that is behind (udfs.read_progress), so no horizon passes events
+that wait unread there.
 """
 
 from __future__ import annotations
