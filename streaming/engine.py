@@ -212,10 +212,9 @@ class KeyEngine:
         records = self.tracker.update(conditions, now)
         if isinstance(table, BrokerFleet) and table.transitions:
             _say_why_reversed(records, table.transitions)
-        out.alerts.extend(records)
-        if isinstance(table, BrokerFleet) and table.transitions:
             out.transitions.extend(table.transitions)
             table.transitions = []
+        out.alerts.extend(records)
         label = ENTITY_LABEL.get(self.kind)
         open_entities = {dict(a.labels).get(label) for a in self.tracker.open.values()} if label else set()
         gone = table.expire(now, lambda entity: str(entity) in open_entities or not label and bool(self.tracker.open))

@@ -198,14 +198,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from udfs.read_progress import NextEventTimes, lagging
 
         latest = self._latest_seen if self._latest_seen is not None else self._broker().latest(list(until))
-        behind = lagging(until, latest)
-        if not behind:
-            return None
         if self._next_event_times is None:
             options = self.options
             self._next_event_times = NextEventTimes(options.client, lambda topic: _decoder(options, topic),
                                                     options.poll_timeout_ms)
-        return self._next_event_times.clock_cap(behind)
+        return self._next_event_times.clock_cap(lagging(until, latest))
 
     def commit(self, end: dict) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""

@@ -196,7 +196,8 @@ def admit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, i
     # Every partition with a backlog gets a record first, when the limit allows: shared by backlog
     # alone, a partition of a few records beside one of millions got none, batch after batch, and
     # the batch's clock waits for a partition behind (udfs.read_progress): every key would wait too.
-    floor = {tp: 1 if backlog[tp] and max_rows >= sum(1 for b in backlog.values() if b) else 0 for tp in backlog}
+    behind = sum(1 for b in backlog.values() if b)
+    floor = {tp: 1 if backlog[tp] and max_rows >= behind else 0 for tp in backlog}
     rest, rest_total = max_rows - sum(floor.values()), total - sum(floor.values())
     shares = {tp: floor[tp] + ((backlog[tp] - floor[tp]) * rest / rest_total if rest_total else 0) for tp in backlog}
     granted = {tp: int(share) for tp, share in shares.items()}

@@ -48,6 +48,7 @@ class NextEventTimes:
     def __init__(self, client: Mapping[str, str], decoder_for: Callable[[str], Callable], wait_ms: int):
         self._client, self._decoder_for, self._wait_ms = dict(client), decoder_for, wait_ms
         self._consumer = None
+        self._decoders: dict[str, Callable] = {}   # one per topic, kept: each keeps the schemas it resolved
         self._known: dict[TopicPartition, int] = {}   # the last answer per partition, for one that is slow
 
     def clock_cap(self, lagging_partitions: Mapping[TopicPartition, int]) -> int | None:
@@ -71,16 +72,15 @@ class NextEventTimes:
         consumer = self._consumer_once()
         consumer.assign([KafkaTopicPartition(t, p, offset) for (t, p), offset in offsets.items()])
         found: dict[TopicPartition, int] = {}
-        decoders: dict[str, Callable] = {}
         deadline = time.monotonic() + self._wait_ms / 1000
         while len(found) < len(offsets) and time.monotonic() < deadline:
             for message in consumer.consume(len(offsets), 0.2):
                 tp = (message.topic(), message.partition())
                 if message.error() is not None or tp in found or tp not in offsets or message.offset() < offsets[tp]:
                     continue
-                if message.topic() not in decoders:
-                    decoders[message.topic()] = self._decoder_for(message.topic())
-                stamp = event_time_of(message, decoders[message.topic()])
+                if message.topic() not in self._decoders:
+                    self._decoders[message.topic()] = self._decoder_for(message.topic())
+                stamp = event_time_of(message, self._decoders[message.topic()])
                 if stamp is not None:
                     found[tp] = stamp
         consumer.unassign()   # no fetching in the background between batches
