@@ -186,7 +186,11 @@ def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time
           available_now: bool = False, events_df=None, query_name: str = "epochwatch"):
     """Start the detection query over the events topic, or over ``events_df`` (decoded event rows)
     if given; the caller owns the sinks' lifecycle (Dispatcher.close). Pass a Dispatcher to know
-    when a micro-batch is running (Dispatcher.idle)."""
+    when a micro-batch is running (Dispatcher.idle). ``available_now`` needs event time: in
+    processing time Spark's stateful operator asks for another batch after every batch (its timers
+    run on the wall clock), so the query would never end."""
+    if available_now and time_mode == PROCESSING_TIME:
+        raise ValueError("available_now needs time_mode=EventTime: a processing-time query never runs out of batches")
     output = (detect(events_df, settings.rules, time_mode) if events_df is not None
               else detect_packs(kafka_packs(spark, settings, time_mode=time_mode), settings.rules, time_mode))
     writer = (output.writeStream

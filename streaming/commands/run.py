@@ -20,7 +20,7 @@ def register(sub) -> None:
     p.add_argument("--event-time", action="store_true",
                    help="decide on event time (deterministic, like replay) instead of wall-clock timers; "
                         "a completely silent stream then raises nothing until data arrives again")
-    p.add_argument("--available-now", action="store_true", help="process what is in Kafka now, then stop")
+    p.add_argument("--available-now", action="store_true", help="process what is in Kafka now, then stop (on event time: implies --event-time)")
     p.set_defaults(func=run)
 
 
@@ -92,7 +92,9 @@ def run(args) -> int:
     listener = ProgressListener(metrics)
     spark.streams.addListener(listener)
     dispatcher = Dispatcher(sinks)
-    query = start(spark, settings, dispatcher, time_mode=EVENT_TIME if args.event_time else PROCESSING_TIME,
+    # a bounded read runs on the events' own time: in processing time Spark never ends the query
+    event_time = args.event_time or args.available_now
+    query = start(spark, settings, dispatcher, time_mode=EVENT_TIME if event_time else PROCESSING_TIME,
                   available_now=args.available_now)
     # Stopping from the signal handler would re-enter py4j while the main thread waits in it:
     # the handler only asks, the main loop stops the query.
