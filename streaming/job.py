@@ -11,6 +11,7 @@ from typing import Iterable
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from streaming import hold_keys
 from streaming.config import Settings
 from streaming.dispatch import Dispatcher, OutputBatch, Sink
 from streaming.pipeline import PROCESSING_TIME, detect, detect_packs
@@ -32,7 +33,11 @@ def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None, 
     the records. Implausible event times are judged by the wall clock in processing time, by the
     batches' own times in event time (streaming.plausible)."""
     rules = settings.rules
-    return (_kafka_reader(spark, settings, starting_offsets).option("output", "packs")
+    reader = _kafka_reader(spark, settings, starting_offsets)
+    if time_mode == PROCESSING_TIME:  # event time needs no hold: the watermark waits for the clock
+        partitions = hold_keys.state_partition_count(spark, settings.checkpoint_location)
+        reader = reader.option("packs.holdShards", ",".join(map(str, hold_keys.hold_shards(spark, partitions))))
+    return (reader.option("output", "packs")
             # Undecodable records go to the dead-letter topic from the task that read them: their
             # bytes (any size, any number) never travel through packs, state or the driver.
             .option("deadLetterTopic", settings.kafka.dlq_topic)

@@ -51,7 +51,8 @@ NO_META = (records.NO_TIME, 0, records.NO_TIME, 0)  # horizon, clock offset, tim
 @dataclass(frozen=True)
 class StepRequest:
     """What a key's step needs besides its stored state. ``meta``: the state's meta row (None for
-    a new key); times in ms; ``clock_ms``: the packs' newest event time (streaming.packs)."""
+    a new key); times in ms; ``clock_ms``: the packs' newest event time (streaming.packs), or for
+    a key stepped by its timer alone in processing time the hold (streaming.hold_keys)."""
 
     settings: RuleSettings
     cluster_id: str
@@ -206,6 +207,10 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
             # and a horizon at "now" would time out every broker heard from in it.
             offset = max(now - newest, 0)
         horizon = now - offset
+        if request.clock_ms is not None:
+            # a key only its timer steps gets the clock held at a partition that is behind
+            # (streaming.hold_keys): its heartbeats may wait unread there
+            horizon = min(horizon, request.clock_ms)
     # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
     # the passes read the state before the step: a reset (epochwatch reset-cluster) changes it
     plain = not (_has_reset(table) or _has_reset(stored.waiting))
@@ -230,6 +235,10 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         deadline = first if deadline is None else min(deadline, first)
     wanted = records.NO_TIME if deadline is None else (
         deadline if request.event_time_mode else deadline + offset)
+    if not request.event_time_mode and wanted != records.NO_TIME and wanted <= request.processing_ms:
+        # a deadline the hold kept this step from reaching: Spark deletes the timer that fired
+        # once its handler returns, so the same time again would leave the key without one
+        wanted = request.processing_ms + 1
     name, cls = ENTITY_STATE[kind]
     table_rows = getattr(engine.table, name)
     row_values = None

@@ -37,6 +37,9 @@ CLOCK_KIND = "clock"
 # Records the source skipped as lost (failOnDataLoss=false): one row, ``events`` = how many times,
 # summed into the progress's observedMetrics like the records (streaming.metrics: data loss).
 LOSS_KIND = "data_loss"
+# While a partition of the events topic is behind, one row per state partition carries the clock
+# it is held at to the keys that only a timer steps there (streaming.hold_keys).
+HOLD_KIND = "hold"
 # The records read per micro-batch, summed from the clock rows (streaming.pipeline.detect_packs)
 # into the progress's observedMetrics: Spark's numInputRows counts packs (streaming.metrics.input_records).
 INPUT_METRIC = "epochwatch_input"
@@ -134,6 +137,15 @@ def loss_row(losses: int) -> pa.RecordBatch:
     """The row that tells the job's metrics of ``losses`` data losses (LOSS_KIND)."""
     values = ("", LOSS_KIND, 0, None, losses, b"", None)
     return pa.RecordBatch.from_pydict({name: [v] for name, v in zip(_ARROW_SCHEMA.names, values)}, schema=_ARROW_SCHEMA)
+
+
+def hold_rows(clock_cap_ms: int, shards: Iterable[int]) -> pa.RecordBatch:
+    """The hold rows (HOLD_KIND) for the state partitions ``shards`` reach: ``clock_ms`` is the cap."""
+    shards = list(shards)
+    n = len(shards)
+    return pa.RecordBatch.from_pydict(
+        {"cluster_id": [""] * n, "kind": [HOLD_KIND] * n, "shard": shards, "event_time": [None] * n,
+         "events": [0] * n, "payload": [b""] * n, "clock_ms": [clock_cap_ms] * n}, schema=_ARROW_SCHEMA)
 
 
 def unpack(*payloads: bytes) -> list[dict]:

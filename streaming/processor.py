@@ -18,7 +18,8 @@ a cluster that goes silent is still noticed by a timer, and a backlog after an i
 source's broker was unreachable, the job was down) is applied at its own pace instead of being
 overtaken by the clock. In both modes the packs' clock stops at the first unread event of a
 partition of the events topic that is behind (udfs.read_progress), so no horizon passes events
-that wait unread there.
+that wait unread there; in processing time a key only its timer steps learns that clock from the
+batch's hold rows (streaming.hold_keys).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from streaming import engine_host
 from streaming.config import RuleSettings
 from streaming.key_steps import (DEAD_LETTER_KIND, ENTITY_STATE, JSON_TABLES, StepOutput, StepRequest, StoredState,
                                  coordinates, event_fields, from_json_rows, json_text, to_json_rows)
-from streaming.packs import CLOCK_KIND, LOSS_KIND, read_packs, to_dicts
+from streaming.packs import CLOCK_KIND, HOLD_KIND, LOSS_KIND, read_packs, to_dicts
 from streaming.rules import records
 from streaming.state_schema import ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA, schema_of
 
@@ -49,6 +50,7 @@ class EpochwatchProcessor(StatefulProcessor):
         self.event_time_mode = time_mode.lower() == "eventtime"
         self.hosted = hosted
         self.query = engine_host.new_token()
+        self.hold = None  # (batch time, clock held at a partition that is behind): streaming.hold_keys
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -70,12 +72,25 @@ class EpochwatchProcessor(StatefulProcessor):
         yield from _frames(self._handle(key, packs, timerValues, max(clocks, default=None)))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:
-        yield from _frames(self._handle(key, [], timerValues))
+        yield from _frames(self._handle(key, [], timerValues, self._held_clock(timerValues)))
+
+    def _held_clock(self, timerValues) -> int | None:
+        """The hold of this batch, for a key only its timer steps: Spark hands a task its input
+        rows before its timers, so a hold row of the batch has been seen by then. Event time needs
+        none: the watermark itself waits for the held clock."""
+        if self.event_time_mode or self.hold is None:
+            return None
+        batch_ms, held_ms = self.hold
+        return held_ms if batch_ms == timerValues.getCurrentProcessingTimeInMs() else None
 
     def _handle(self, key, packs: list[bytes], timerValues, clock_ms: int | None = None) -> list[dict]:
         cluster_id, kind, shard = _grouping_key(key)
         if kind in (CLOCK_KIND, LOSS_KIND):
             return []  # only there to move the watermark, or to be counted (streaming.packs)
+        if kind == HOLD_KIND:
+            if clock_ms is not None:
+                self.hold = (timerValues.getCurrentProcessingTimeInMs(), int(clock_ms))
+            return []
         if kind == DEAD_LETTER_KIND:
             return [_dead_letter_row(r) for r in to_dicts(read_packs(*packs))]
         meta = self.meta.get()
@@ -134,7 +149,7 @@ class EpochwatchRowProcessor(EpochwatchProcessor):
         yield from _rows(self._handle(key, [row.payload for row in rows], timerValues, clock_ms))
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-        yield from _rows(self._handle(key, [], timerValues))
+        yield from _rows(self._handle(key, [], timerValues, self._held_clock(timerValues)))
 
 
 def _rows(dicts: list[dict]):

@@ -127,6 +127,7 @@ SOURCE_OPTIONS = (
     "minPartitions", "recordsPerTask", "failOnDataLoss", "decode", "deadLetterTopic", "kafkaConsumer.pollTimeoutMs",
     "arrowBatchSize", "fetchOffset.retryIntervalMs", "fetchOffset.timeoutMs", MAX_WAIT_OPTION,
     "output", "packs.clientShards", "packs.maxFutureMs", "packs.maxPastMs", "packs.maxEpoch", "packs.clock",
+    "packs.holdShards",
 )
 PACK_CLOCKS = ("wall", "events")
 
@@ -155,6 +156,7 @@ class SourceOptions:
     pack_max_past_ms: int = 604_800_000
     pack_max_epoch: int = 2**53
     pack_clock: str = "wall"
+    pack_hold_shards: tuple[int, ...] = ()  # streaming.hold_keys
 
     @property
     def decoded(self) -> bool:
@@ -223,6 +225,11 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     if pack_clock not in PACK_CLOCKS:
         raise OptionError("packs.clock", f"{pack_clock!r} is not supported",
                           "wall (event times judged by the wall clock) or events (by the batch's own times)")
+    try:
+        hold_shards = tuple(int(s) for s in lowered.get("packs.holdshards", "").split(",") if s.strip())
+    except ValueError:
+        raise OptionError("packs.holdShards", f"{lowered['packs.holdshards']!r} is not a list of shards",
+                          "leave it to epochwatch (streaming.hold_keys), or pass comma-separated integers") from None
     return SourceOptions(
         client=client_settings(options, _SOURCE_OWNED_KAFKA_SETTINGS),
         subscribe=subscribe,
@@ -246,6 +253,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         pack_max_past_ms=positive_int(options, "packs.maxPastMs", 604_800_000),
         pack_max_epoch=positive_int(options, "packs.maxEpoch", 2**53),
         pack_clock=pack_clock,
+        pack_hold_shards=hold_shards,
     )
 
 

@@ -260,6 +260,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # one packing pass over all the task's ranges: fewer, fuller packs to shuffle
             yield from route_and_pack(options.pack_client_shards, limits,
                                       clock_cap_ms=partition.clock_cap_ms)(decoded())
+            if partition.clock_cap_ms is not None and options.pack_hold_shards:
+                from streaming.packs import hold_rows
+
+                yield hold_rows(partition.clock_cap_ms, options.pack_hold_shards)
             if sum(losses):
                 from streaming.packs import loss_row
 

@@ -10,12 +10,13 @@ import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming.config import RuleSettings
-from streaming.packs import pack
+from streaming.packs import HOLD_KIND, hold_rows, pack
 from streaming.processor import EpochwatchProcessor, from_json_rows, to_json_rows
 from streaming.rules.records import BrokerRecord
 from tests.unit.rules.builders import heartbeats
 
 KEY = ("c1", "brokers", 0)
+HOLD_KEY = ("", HOLD_KIND, 0)
 T0 = 1_700_000_000_000
 
 
@@ -119,12 +120,27 @@ def test_processing_time_backlog_after_an_input_outage_pages_nobody():
     assert ("alert", "ClusterSilent", "firing") in alerts(fired)
 
 
-def spark_batch(tester, now_ms, pdf):
+def test_processing_time_timers_wait_for_a_partition_that_is_behind():
+    """Why (issue 27): the cluster's heartbeats from 18 s on wait unread in a partition of the
+    events topic that is behind; the batch that reads the other partitions sends each state
+    partition a hold row with the clock held there, and the key its timer alone steps may not
+    pass it. The hold lasts one batch: real silence still pages when no hold comes."""
+    tester = TwsTester(EpochwatchProcessor(RuleSettings(), "ProcessingTime"), timeMode="ProcessingTime")
+    first = spark_batch(tester, T0 + 18500, frame(heartbeats((1, 2, 3), 0, 18000)))
+    held = spark_batch(tester, T0 + 40500, hold_rows(T0 + 18000, [0]).to_pandas(), HOLD_KEY)
+    assert [r for _, r in pd.concat([first, held]).iterrows() if r["kind"] in ("transition", "alert")
+            and json.loads(r["payload"]).get("to_state", "firing") in ("INACTIVE", "firing")] == []
+    assert [b.state for b in stored_brokers(tester)] == ["ACTIVE"] * 3
+    fired = tester.setProcessingTime(T0 + 41500)
+    assert ("alert", "ClusterSilent", "firing") in alerts(fired)
+
+
+def spark_batch(tester, now_ms, pdf, key=KEY):
     """One micro-batch as Spark runs it: the batch's time, its input first, then expired timers.
     (TwsTester.setProcessingTime fires timers at once, so the time is set without it first.)"""
-    tester._currentProcessingTimeMs = now_ms - 1
-    out = tester.testInPandas(KEY, pdf)
-    fired = tester.setProcessingTime(now_ms)
+    tester._currentProcessingTimeMs = now_ms
+    out = tester.testInPandas(key, pdf)
+    fired = tester._handleExpiredTimers()
     return pd.concat([out, fired], ignore_index=True)
 
 

@@ -256,3 +256,11 @@ def test_packs_are_compressed_and_uncompressed_chunks_of_an_older_version_still_
     assert len(payload) * 2 < sink.getvalue().size
     assert from_ipc_chunks([sink.getvalue().to_pybytes()]).equals(events)
     assert unpack(payload) == unpack(sink.getvalue().to_pybytes())
+
+
+def test_hold_rows_carry_the_held_clock_to_each_shard_and_count_no_records():
+    from streaming.packs import HOLD_KIND, hold_rows
+
+    rows = hold_rows(1_795_000_010_000, [4, 0, 9]).to_pylist()
+    assert [(r["cluster_id"], r["kind"], r["shard"], r["clock_ms"], r["events"]) for r in rows] == [
+        ("", HOLD_KIND, s, 1_795_000_010_000, 0) for s in (4, 0, 9)]

@@ -46,6 +46,7 @@ def test_kafka_options_pass_through_to_librdkafka_and_keys_are_case_insensitive(
     ({"output": "rows"}, "output", "events or packs"),
     ({"output": "packs"}, "output", "packs are made of decoded events"),
     ({"output": "packs", "decode": "avro", "packs.clientShards": "0"}, "packs.clientShards", "must be positive"),
+    ({"output": "packs", "decode": "avro", "packs.holdShards": "1,x"}, "packs.holdShards", "integers"),
 ])
 def test_bad_options_name_the_option_and_the_fix(extra, option, why):
     with pytest.raises(OptionError) as err:
@@ -58,7 +59,10 @@ def test_packs_take_the_jobs_sharding_and_future_limit():
     options = parse_source_options({**BASE, "decode": "avro", "output": "packs", "packs.clientShards": "32",
                                     "packs.maxFutureMs": "60000"})
     assert (options.output, options.pack_client_shards, options.pack_max_future_ms) == ("packs", 32, 60_000)
+    assert parse_source_options({**BASE, "decode": "avro", "output": "packs", "packs.holdShards": "3, 0,7"}
+                                ).pack_hold_shards == (3, 0, 7)
     default = parse_source_options({**BASE, "decode": "avro"})
+    assert default.pack_hold_shards == ()
     assert (default.output, default.pack_client_shards, default.pack_max_future_ms) == ("events", 16, 300_000)
 
 
