@@ -133,7 +133,11 @@ class EventDeriver:
         if hb is None or r.now_ms - hb >= s.session_timeout_ms or not self._incarnation_known(r, bid):
             return []
         state, last = b.controller_state, sent.heartbeat_ms.get(bid)
-        leaving = state == "INACTIVE" and self._leaving(b, before)
+        # Fenced half a session or more after its last heartbeat: its session ran out, whatever
+        # its exporter says (a paused JVM's exporter is as gone as an exited one's). Seen on Kafka
+        # 4.1: a paused broker's last heartbeat first seen in the round that also saw the fence.
+        expired = state == "INACTIVE" and r.now_ms - hb >= s.session_timeout_ms // 2
+        leaving = state == "INACTIVE" and not expired and self._leaving(b, before)
         if leaving:
             # Fenced while heard from, the same process that was serving, and that process no
             # longer running (its exporter gone, or not in RUNNING): the controller fenced it at

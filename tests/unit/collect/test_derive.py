@@ -102,6 +102,19 @@ def test_a_broker_fenced_by_its_session_timeout_is_not_taken_for_a_shutdown():
     assert kinds(d.derive(rnd(last + 8500, [fenced], answers=[])), "broker_heartbeat") == []
 
 
+def test_a_paused_broker_fenced_by_its_session_is_not_taken_for_a_shutdown_when_its_exporter_is_gone_too():
+    """Seen on Kafka 4.1 (CI, the paused-broker incident): the round 8.8 s after the heartbeat last
+    sent finds the broker fenced, a heartbeat of 1.7 s later never sent yet, and its exporter
+    unreachable (the JVM is stopped). That is a session timeout, not a shutdown: sending it as
+    STOPPING paged BrokerNotReturned instead of BrokerHeartbeatTimeout."""
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t)]))
+    last = obs(1, t).last_heartbeat_ms
+    paused = BrokerObservation(1, fenced=True, registration=REGISTRATION_FENCED, last_heartbeat_ms=last + 1700)
+    assert kinds(d.derive(rnd(last + 8800, [paused], answers=[])), "broker_heartbeat") == []
+
+
 def test_a_fenced_broker_not_heard_from_for_two_intervals_gives_no_heartbeat():
     """A heartbeat that says 'fenced' would end the job's timeout before it pages (the state would
     be INACTIVE for the controller's reason); a broker fenced by its session is silence."""
