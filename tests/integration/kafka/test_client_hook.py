@@ -1,8 +1,9 @@
 """The client hook in real confluent-kafka clients against real Apache Kafka: what it publishes
 about a healthy client, and the client incidents made real (a broker port that stops completing
 connections, a bootstrap address moved to another cluster, a client left with no broker, a
-broker cut off from the controller), run through the rules and, but for the overdue client whose
-alert needs time past the last event, through `epochwatch run` too."""
+broker cut off from the controller), run through the rules and through the job (`epochwatch run`
+on event time, or for the overdue client, whose alert needs time past the last event, the live
+job on processing time)."""
 
 from __future__ import annotations
 
@@ -193,16 +194,24 @@ def test_a_bootstrap_address_moved_to_another_cluster_raises_cluster_id_mismatch
     assert firing(from_job, "client_id") == {("ClusterIdMismatch", "moved-app")}, from_job
 
 
-def test_a_client_that_finds_no_broker_is_rebootstrap_overdue(kafka_cluster_factory, broker, tmp_path):
+@pytest.mark.spark
+def test_a_client_that_finds_no_broker_is_rebootstrap_overdue(kafka_cluster_factory, broker, spark, tmp_path):
     """Every broker the client knew is gone and its bootstrap address leads nowhere: no metadata
-    for longer than the trigger (5 s in this test) is ClientRebootstrapOverdue."""
+    for longer than the trigger (5 s in this test) is ClientRebootstrapOverdue, from the rules and
+    from the live job (processing time: its timer fires past the last event, on the wall clock)."""
+    from streaming.dispatch import MemorySink
+    from streaming.job import start
+    from streaming.pipeline import PROCESSING_TIME
     from streaming.tools.relay import Relay
+    from tests.integration.faults.support import firing as job_firing
+    from tests.integration.faults.support import job_topics as live_topics
+    from tests.integration.faults.support import live_settings
 
+    settings = live_settings(broker.bootstrap_servers, tmp_path, **{"rules.metadata.recovery.rebootstrap.trigger.ms": 5000})
+    create_topics(broker.bootstrap_servers, live_topics(settings))
     gone = kafka_cluster_factory(controllers=1, brokers=1)
     relay = Relay(("127.0.0.1", gone.node(1).port), name="bootstrap-dns")
-    events_topic = f"hook-overdue-{tmp_path.name[-10:]}"
-    create_topics(broker.bootstrap_servers, {events_topic: 1})
-    hook = ClientHook(broker.bootstrap_servers, "overdue", events_topic=events_topic)
+    hook = ClientHook(broker.bootstrap_servers, "overdue", events_topic=settings.kafka.events_topic)
     client = Producer(hook.instrument({"bootstrap.servers": relay.address, "client.id": "stranded-app"}))
     try:
         _poll_until([client], "a first response", lambda: hook.published_by_type["metadata_response"] >= 1)
@@ -215,12 +224,20 @@ def test_a_client_that_finds_no_broker_is_rebootstrap_overdue(kafka_cluster_fact
         relay.close()
     assert hook.close() == 0
 
-    events = published(broker.bootstrap_servers, events_topic, hook.published)
+    events = published(broker.bootstrap_servers, settings.kafka.events_topic, hook.published)
     assert "metadata_request_failed" in {e["event_type"] for e in events}
-    rules = RuleSettings(rebootstrap_trigger_ms=5_000)
-    alerts = detect_all(events, rules, until=waited_until_ms)
+    alerts = detect_all(events, settings.rules, until=waited_until_ms)
     assert ("ClientRebootstrapOverdue", "stranded-app") in {(a["alertname"], a["labels"].get("client_id"))
                                                              for a in alerts}
+    memory = MemorySink()
+    query = start(spark, settings, [memory], time_mode=PROCESSING_TIME, query_name=f"overdue-{tmp_path.name[-10:]}")
+    try:
+        wait_until(lambda: job_firing(memory, "ClientRebootstrapOverdue") or query.exception(), timeout_s=120,
+                   interval_s=0.5, what="ClientRebootstrapOverdue from the live job")
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert {a["labels"].get("client_id") for a in job_firing(memory, "ClientRebootstrapOverdue")} == {"stranded-app"}
 
 
 @pytest.mark.spark
