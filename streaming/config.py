@@ -128,6 +128,9 @@ class RuleSettings:
     max_nodes: int = field(default=10_000, metadata=_alias("state.max.nodes.per.cluster"))
     max_clients: int = field(default=1_000_000, metadata=_alias("state.max.clients.per.cluster"))
     max_commit_partitions: int = field(default=1_000_000, metadata=_alias("state.max.commit.partitions.per.cluster"))
+    # and how many clusters one job may hold (streaming.cluster_gate): a fleet of 1,000 clusters
+    # was measured (bench/RESULTS.md, many clusters); more belong in more jobs
+    max_clusters: int = field(default=10_000, metadata=_alias("state.max.clusters"))
 
 
 @dataclass(frozen=True)
@@ -311,7 +314,8 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (at least 4x the shuffle partitions)")
     for key, value in (("state.max.brokers.per.cluster", r.max_brokers), ("state.max.nodes.per.cluster", r.max_nodes),
                        ("state.max.clients.per.cluster", r.max_clients),
-                       ("state.max.commit.partitions.per.cluster", r.max_commit_partitions)):
+                       ("state.max.commit.partitions.per.cluster", r.max_commit_partitions),
+                       ("state.max.clusters", r.max_clusters)):
         if value < 1:
             raise ConfigError(f"rules.{key}", f"{value} would refuse every entity",
                               f"use a value above 0, or leave it out for the default ({_DEFAULT_RULES[key]})")

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Iterable
+from urllib.parse import urlparse
 
 from pyspark.sql.streaming import StreamingQueryListener
 
 from streaming import hold_keys
+from streaming.cluster_gate import ClusterRegistry
 from streaming.config import Settings
 from streaming.dispatch import Dispatcher, OutputBatch, Sink
+from streaming.metrics import observed_clusters
 from streaming.pipeline import PROCESSING_TIME, detect, detect_packs
 
 log = logging.getLogger("epochwatch")
@@ -27,7 +32,8 @@ def kafka_events(spark, settings: Settings, starting_offsets: str | None = None)
 RECORDS_PER_SOURCE_TASK = 50_000
 
 
-def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None, time_mode: str = PROCESSING_TIME):
+def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None, time_mode: str = PROCESSING_TIME,
+                cluster_registry: Path | None = None):
     """The events topic as packs (streaming.packs), routed and packed in the source: what the
     job reads. Progress then counts packs as input rows; streaming.metrics.input_records counts
     the records. Implausible event times are judged by the wall clock in processing time, by the
@@ -37,6 +43,9 @@ def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None, 
     if time_mode == PROCESSING_TIME:  # event time needs no hold: the watermark waits for the clock
         partitions = hold_keys.state_partition_count(spark, settings.checkpoint_location)
         reader = reader.option("packs.holdShards", ",".join(map(str, hold_keys.hold_shards(spark, partitions))))
+    if cluster_registry is not None:  # streaming.cluster_gate
+        reader = reader.option("packs.maxClusters", str(rules.max_clusters)).option("packs.clusterRegistry",
+                                                                                    str(cluster_registry))
     return (reader.option("output", "packs")
             # Undecodable records go to the dead-letter topic from the task that read them: their
             # bytes (any size, any number) never travel through packs, state or the driver.
@@ -50,6 +59,39 @@ def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None, 
             # costs ~50-100 ms whatever it reads (bench/RESULTS.md, live latency, session 9)
             .option("recordsPerTask", str(RECORDS_PER_SOURCE_TASK))
             .option("minPartitions", str(spark.sparkContext.defaultParallelism)).load())
+
+
+def cluster_registry_path(checkpoint_location: str) -> Path:
+    """Where the admitted clusters are kept (streaming.cluster_gate): in a local checkpoint, so a
+    restart keeps them; a remote one gets a local folder of the query's own, and a restart admits
+    anew (the old clusters' state expires meanwhile)."""
+    parsed = urlparse(checkpoint_location)
+    if parsed.scheme in ("", "file"):
+        # absolute: the planner that reads it is a process of its own
+        return Path(parsed.path if parsed.scheme else checkpoint_location).absolute() / "epochwatch-clusters.json"
+    return Path(tempfile.mkdtemp(prefix="epochwatch-clusters-")) / "clusters.json"
+
+
+class ClusterRegistryListener(StreamingQueryListener):
+    """Feeds each batch's clusters (streaming.pipeline's observed metric) to the registry."""
+
+    def __init__(self, registry: ClusterRegistry, query_name: str):
+        self.registry = registry
+        self.query_name = query_name
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        p = json.loads(event.progress.json)
+        if p.get("name") == self.query_name:
+            self.registry.observe(observed_clusters(p))
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
 
 
 def _kafka_reader(spark, settings: Settings, starting_offsets: str | None):
@@ -196,8 +238,14 @@ def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time
     run on the wall clock), so the query would never end."""
     if available_now and time_mode == PROCESSING_TIME:
         raise ValueError("available_now needs time_mode=EventTime: a processing-time query never runs out of batches")
-    output = (detect(events_df, settings.rules, time_mode) if events_df is not None
-              else detect_packs(kafka_packs(spark, settings, time_mode=time_mode), settings.rules, time_mode))
+    if events_df is not None:
+        output = detect(events_df, settings.rules, time_mode)
+    else:
+        registry = ClusterRegistry(cluster_registry_path(settings.checkpoint_location), settings.rules.max_clusters,
+                                   settings.rules.entity_expiry_ms)
+        spark.streams.addListener(ClusterRegistryListener(registry, query_name))
+        packs = kafka_packs(spark, settings, time_mode=time_mode, cluster_registry=registry.path)
+        output = detect_packs(packs, settings.rules, time_mode)
     writer = (output.writeStream
               .foreachBatch(sinks if isinstance(sinks, Dispatcher) else Dispatcher(list(sinks)))
               .option("checkpointLocation", settings.checkpoint_location)

@@ -309,6 +309,12 @@ class Metrics:
             self._resolved.popitem(last=False)
 
 
+def observed_clusters(progress: Mapping) -> list[str]:
+    """The clusters a micro-batch packed events of (streaming.cluster_gate)."""
+    observed = (progress.get("observedMetrics") or {}).get(INPUT_METRIC) or {}
+    return [c for c in observed.get("clusters") or [] if c]
+
+
 def input_records(progress: Mapping) -> tuple[int, float, float]:
     """(records read, records/s in, records/s processed) of one micro-batch's progress.
 

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
+from streaming.cluster_gate import ClusterGate
 from streaming.plausible import Limits
 from streaming.routing import SERVED_EPOCH_FIELDS, route_batch
 
@@ -65,14 +66,16 @@ PACK_ROWS = 100_000  # input rows gathered before packing: fewer, fuller packs p
 
 
 def route_and_pack(client_shards: int, limits: Limits, pack_rows: int = PACK_ROWS,
-                   clock_cap_ms: int | None = None) -> Callable[[Iterable], Iterator[pa.RecordBatch]]:
+                   clock_cap_ms: int | None = None,
+                   gate: ClusterGate | None = None) -> Callable[[Iterable], Iterator[pa.RecordBatch]]:
     """The ``DataFrame.mapInArrow`` function: decoded event rows in, one pack per state key out.
 
     Spark hands the function Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch``
     (10,000) rows; packing each on its own gave every key a pack per 10,000 rows, most of them a
     handful of events that each cost a pack's fixed price downstream. Up to ``pack_rows`` rows are
     gathered first (the stateful stage waits for the whole stage anyway). ``clock_cap_ms``: the
-    clock may not pass it (a partition of the events topic is behind: udfs.read_progress)."""
+    clock may not pass it (a partition of the events topic is behind: udfs.read_progress).
+    ``gate``: the task's cluster admissions (streaming.cluster_gate)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         gathered: list[pa.RecordBatch] = []
@@ -82,18 +85,19 @@ def route_and_pack(client_shards: int, limits: Limits, pack_rows: int = PACK_ROW
                 gathered.append(batch)
                 rows += batch.num_rows
             if rows >= pack_rows:
-                yield _route_and_pack(gathered, client_shards, limits, clock_cap_ms)
+                yield _route_and_pack(gathered, client_shards, limits, clock_cap_ms, gate)
                 gathered, rows = [], 0
         if gathered:
-            yield _route_and_pack(gathered, client_shards, limits, clock_cap_ms)
+            yield _route_and_pack(gathered, client_shards, limits, clock_cap_ms, gate)
 
     return run
 
 
 def _route_and_pack(batches: list[pa.RecordBatch], client_shards: int, limits: Limits,
-                    clock_cap_ms: int | None) -> pa.RecordBatch:
+                    clock_cap_ms: int | None, gate: ClusterGate | None) -> pa.RecordBatch:
     records = pa.Table.from_batches(batches)
-    return pack(route_batch(records, client_shards, limits, int(time.time() * 1000)), records.num_rows, clock_cap_ms)
+    routed = route_batch(records, client_shards, limits, int(time.time() * 1000), gate)
+    return pack(routed, records.num_rows, clock_cap_ms)
 
 
 def pack(table: pa.Table, records: int = 0, clock_cap_ms: int | None = None) -> pa.RecordBatch:

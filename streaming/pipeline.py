@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streaming.config import ConfigError, RuleSettings
+from streaming.key_steps import ENTITY_STATE
 from streaming.packs import CLOCK_KIND, INPUT_METRIC, KEY_COLUMNS, LOSS_KIND, PACK_SCHEMA, route_and_pack
 from streaming.plausible import Limits
 from streaming.processor import EpochwatchProcessor, EpochwatchRowProcessor
@@ -41,7 +42,10 @@ def detect_packs(packs: DataFrame, rules: RuleSettings, time_mode: str, api: str
     if time_mode not in (EVENT_TIME, PROCESSING_TIME):
         raise ValueError(f"time_mode must be {EVENT_TIME} or {PROCESSING_TIME}, not {time_mode!r}")
     packs = packs.observe(INPUT_METRIC, F.sum(F.when(F.col("kind") == CLOCK_KIND, F.col("events"))).alias("records"),
-                          F.sum(F.when(F.col("kind") == LOSS_KIND, F.col("events"))).alias("lost"))
+                          F.sum(F.when(F.col("kind") == LOSS_KIND, F.col("events"))).alias("lost"),
+                          # the clusters the batch holds state for (streaming.cluster_gate)
+                          F.collect_set(F.when(F.col("kind").isin(*ENTITY_STATE), F.col("cluster_id")))
+                          .alias("clusters"))
     if time_mode == EVENT_TIME:
         packs = packs.withWatermark("event_time", f"{rules.allowed_lateness_ms} milliseconds")
     grouped = packs.groupBy(*(F.col(c) for c in KEY_COLUMNS))

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming import events
+from streaming.cluster_gate import ClusterGate
 from streaming.plausible import Limits, refusals, time_text
 
 DEAD_LETTER_SHARDS = 4
@@ -64,17 +65,24 @@ def routes(ev: dict, client_shards: int) -> list[tuple[str, int]]:
 _MS = pa.timestamp("ms", tz="UTC")
 
 
-def route_batch(table: pa.Table, client_shards: int, limits: Limits, now_ms: int) -> pa.Table:
+def route_batch(table: pa.Table, client_shards: int, limits: Limits, now_ms: int,
+                gate: ClusterGate | None = None) -> pa.Table:
     """One row per state key each row of ``table`` feeds, in the input's order within each kind;
     adds kind, shard and event_ms. Dead letters (undecodable records, events before 1970, and
-    what streaming.plausible refuses against ``limits``, ``now_ms`` being the wall clock) get a
+    what streaming.plausible refuses against ``limits``, ``now_ms`` being the wall clock, and the
+    events of clusters past the job's cap, streaming.cluster_gate) get a
     reason and no event_time: a year-3000 timestamp must not move the watermark (it stays in
     event_ms and dlq_detail)."""
     t = table.column("event_type")
     event_ms = pc.cast(table.column("event_time"), _MS, safe=False).cast(pa.int64())
     # Before 1970: -1 is the rules' NO_TIME, and before 1677 pandas cannot even hold the time.
     too_old = pc.fill_null(pc.less(event_ms, 0), False)
-    refused = refusals(table, event_ms, pc.is_valid(t).to_numpy(zero_copy_only=False), limits, now_ms)
+    decoded = pc.is_valid(t).to_numpy(zero_copy_only=False)
+    refused = refusals(table, event_ms, decoded, limits, now_ms)
+    if gate is not None:  # only events nothing else refuses may take a cluster's place
+        unrefused = decoded & ~too_old.to_numpy(zero_copy_only=False)
+        unrefused[list(refused)] = False
+        refused.update(gate.refusals(table.column("cluster_id"), unrefused))
     implausible = np.zeros(table.num_rows, dtype=bool)
     implausible[list(refused)] = True
     dead = pc.or_(pc.or_(pc.is_null(t), too_old), pa.array(implausible))

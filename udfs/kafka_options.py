@@ -127,7 +127,7 @@ SOURCE_OPTIONS = (
     "minPartitions", "recordsPerTask", "failOnDataLoss", "decode", "deadLetterTopic", "kafkaConsumer.pollTimeoutMs",
     "arrowBatchSize", "fetchOffset.retryIntervalMs", "fetchOffset.timeoutMs", MAX_WAIT_OPTION,
     "output", "packs.clientShards", "packs.maxFutureMs", "packs.maxPastMs", "packs.maxEpoch", "packs.clock",
-    "packs.holdShards",
+    "packs.holdShards", "packs.maxClusters", "packs.clusterRegistry",
 )
 PACK_CLOCKS = ("wall", "events")
 
@@ -157,6 +157,8 @@ class SourceOptions:
     pack_max_epoch: int = 2**53
     pack_clock: str = "wall"
     pack_hold_shards: tuple[int, ...] = ()  # streaming.hold_keys
+    pack_max_clusters: int | None = None  # streaming.cluster_gate
+    pack_cluster_registry: str | None = None
 
     @property
     def decoded(self) -> bool:
@@ -254,6 +256,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         pack_max_epoch=positive_int(options, "packs.maxEpoch", 2**53),
         pack_clock=pack_clock,
         pack_hold_shards=hold_shards,
+        pack_max_clusters=positive_int(options, "packs.maxClusters"),
+        pack_cluster_registry=lowered.get("packs.clusterregistry", "").strip() or None,
     )
 
 

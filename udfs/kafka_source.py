@@ -75,7 +75,8 @@ log = logging.getLogger("epochwatch.kafka_source")
 class KafkaRangePartition(InputPartition):
     """One Spark partition: offset ranges [start, end) of Kafka partitions, read in this order.
     ``losses``: data losses the planner found (failOnDataLoss=false), for this task to report;
-    ``clock_cap_ms``: how far the batch's clock may go (udfs.read_progress)."""
+    ``clock_cap_ms``: how far the batch's clock may go (udfs.read_progress); ``admitted_clusters``:
+    the clusters the job holds (streaming.cluster_gate)."""
 
     def __init__(self, spans: list[OffsetRange], losses: int = 0, clock_cap_ms: int | None = None):
         super().__init__(spans)
@@ -83,6 +84,7 @@ class KafkaRangePartition(InputPartition):
         self.losses = losses
         # the event time of the earliest unread record of a partition behind (udfs.read_progress)
         self.clock_cap_ms = clock_cap_ms
+        self.admitted_clusters: frozenset[str] = frozenset()
 
 
 class KafkaEventSource(DataSource):
@@ -184,6 +186,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = self._clock_cap(until) if self.options.output == "packs" else None
         planned = [KafkaRangePartition(group, clock_cap_ms=cap) for group in
                    group_ranges(spans, self.options.records_per_task, self.options.min_partitions)]
+        self._hand_out_clusters(planned)
         if losses and self.options.output == "packs":
             # counted by the job's metrics (streaming.packs.LOSS_KIND), not only logged here: the
             # planner runs in a process of its own, so the count travels with a task
@@ -203,6 +206,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._next_event_times = NextEventTimes(options.client, lambda topic: _decoder(options, topic),
                                                     options.poll_timeout_ms)
         return self._next_event_times.clock_cap(lagging(until, latest))
+
+    def _hand_out_clusters(self, planned: list[KafkaRangePartition]) -> None:
+        """Hand the tasks the clusters the job holds (streaming.cluster_gate)."""
+        if not (self.options.pack_max_clusters and self.options.pack_cluster_registry):
+            return
+        from streaming.cluster_gate import read_admitted
+
+        admitted = read_admitted(self.options.pack_cluster_registry) or frozenset()
+        for partition in planned:
+            partition.admitted_clusters = admitted
 
     def commit(self, end: dict) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""
@@ -258,8 +271,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             limits = Limits(options.pack_max_future_ms, options.pack_max_past_ms, options.pack_max_epoch,
                             wall_clock=options.pack_clock == "wall")
             # one packing pass over all the task's ranges: fewer, fuller packs to shuffle
-            yield from route_and_pack(options.pack_client_shards, limits,
-                                      clock_cap_ms=partition.clock_cap_ms)(decoded())
+            gate = None
+            if options.pack_max_clusters:
+                from streaming.cluster_gate import ClusterGate
+
+                gate = ClusterGate(options.pack_max_clusters, partition.admitted_clusters)
+            yield from route_and_pack(options.pack_client_shards, limits, clock_cap_ms=partition.clock_cap_ms,
+                                      gate=gate)(decoded())
             if partition.clock_cap_ms is not None and options.pack_hold_shards:
                 from streaming.packs import hold_rows
 

@@ -36,6 +36,8 @@ BAD = [
     ({"collect.offset.commits": "yes"}, "collect.offset.commits", "off, on", "14-the commit log source is on or off"),
     ({"collect.offset.commits": "on", "collect.kafka.libs": "/nonexistent/kafka/libs"}, "collect.kafka.libs",
      "kafka-tools", "15-the commit log reader runs Kafka's own console consumer: without its jar it cannot start"),
+    ({"rules.state.max.clusters": 0}, "rules.state.max.clusters", "default (10000)",
+     "16-a job that may hold no cluster would refuse every event"),
 ]
 
 
