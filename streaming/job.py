@@ -73,19 +73,29 @@ def cluster_registry_path(checkpoint_location: str) -> Path:
 
 
 class ClusterRegistryListener(StreamingQueryListener):
-    """Feeds each batch's clusters (streaming.pipeline's observed metric) to the registry."""
+    """Feeds each batch's clusters (streaming.pipeline's observed metric) to its query's registry:
+    one listener per session (each listener is called for every query's progress)."""
 
-    def __init__(self, registry: ClusterRegistry, query_name: str):
-        self.registry = registry
-        self.query_name = query_name
+    def __init__(self):
+        self.registries: dict[str, ClusterRegistry] = {}
+
+    @classmethod
+    def of(cls, spark) -> "ClusterRegistryListener":
+        listener = getattr(spark, "_epochwatch_cluster_listener", None)
+        if listener is None:
+            listener = cls()
+            spark.streams.addListener(listener)
+            spark._epochwatch_cluster_listener = listener
+        return listener
 
     def onQueryStarted(self, event) -> None:
         pass
 
     def onQueryProgress(self, event) -> None:
         p = json.loads(event.progress.json)
-        if p.get("name") == self.query_name:
-            self.registry.observe(observed_clusters(p))
+        registry = self.registries.get(p.get("name"))
+        if registry is not None:
+            registry.observe(observed_clusters(p))
 
     def onQueryIdle(self, event) -> None:
         pass
@@ -243,7 +253,7 @@ def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time
     else:
         registry = ClusterRegistry(cluster_registry_path(settings.checkpoint_location), settings.rules.max_clusters,
                                    settings.rules.entity_expiry_ms)
-        spark.streams.addListener(ClusterRegistryListener(registry, query_name))
+        ClusterRegistryListener.of(spark).registries[query_name] = registry
         packs = kafka_packs(spark, settings, time_mode=time_mode, cluster_registry=registry.path)
         output = detect_packs(packs, settings.rules, time_mode)
     writer = (output.writeStream

@@ -87,3 +87,21 @@ def test_the_planner_hands_every_task_the_clusters_the_job_holds(tmp_path):
     planned = [KafkaRangePartition([]) for _ in range(3)]
     KafkaStreamReader(options)._hand_out_clusters(planned)
     assert [p.admitted_clusters for p in planned] == [{"a", "b", "c"}] * 3
+
+
+def test_one_registry_listener_per_session_feeds_each_query_its_own_registry(tmp_path):
+    """Why: a listener per query piled up in a long-lived session (the test suite's): each is
+    called for every query's progress, and Spark's listener thread ended up busy for minutes."""
+    from types import SimpleNamespace
+
+    from streaming.job import ClusterRegistryListener
+
+    added = []
+    spark = SimpleNamespace(streams=SimpleNamespace(addListener=added.append))
+    first, second = ClusterRegistryListener.of(spark), ClusterRegistryListener.of(spark)
+    assert first is second and added == [first]
+    first.registries["q1"] = ClusterRegistry(tmp_path / "q1.json", max_clusters=5, idle_ms=60_000)
+    progress = {"name": "q1", "observedMetrics": {"epochwatch_input": {"records": 3, "clusters": ["a", ""]}}}
+    first.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps(progress))))
+    first.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps({**progress, "name": "q2"}))))
+    assert read_admitted(tmp_path / "q1.json") == {"a"} and not (tmp_path / "q2.json").exists()
