@@ -208,8 +208,8 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
             offset = max(now - newest, 0)
         horizon = now - offset
         if request.clock_ms is not None:
-            # a key only its timer steps gets the clock held at a partition that is behind
-            # (streaming.hold_keys): its heartbeats may wait unread there
+            # the packs' clock, or for a key only its timer steps the clock held at a partition
+            # that is behind (streaming.hold_keys): its heartbeats may wait unread there
             horizon = min(horizon, request.clock_ms)
     # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
     # the passes read the state before the step: a reset (epochwatch reset-cluster) changes it
