@@ -11,7 +11,6 @@ heartbeat timeouts past broker 6's next heartbeat."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections import Counter
 
@@ -26,6 +25,7 @@ from streaming.job import start
 from streaming.pipeline import EVENT_TIME, PROCESSING_TIME
 from streaming.simulate import ClusterShape, steady_state, steady_truth
 from streaming.simulate.scenarios import scenario_settings
+from tests.integration.faults.support import source_end
 from tests.unit.rules.builders import hb
 from udfs import avro_codec
 
@@ -124,9 +124,9 @@ def test_processing_time_timers_wait_for_the_partition_that_is_behind(broker, sp
     # the live job's trigger (available-now needs event time: streaming.job.start)
     query = start(spark, settings, [memory], time_mode=PROCESSING_TIME, query_name=f"held-{suffix}")
     try:
-        while records_read(query, k.events_topic) < len(events):
+        while records_read(query) < len(events):
             assert query.exception() is None
-            assert time.monotonic() - began < 600, f"read {records_read(query, k.events_topic)} of {len(events)}"
+            assert time.monotonic() - began < 600, f"read {records_read(query)} of {len(events)}"
             time.sleep(0.5)
     finally:
         query.stop()
@@ -141,11 +141,7 @@ def test_processing_time_timers_wait_for_the_partition_that_is_behind(broker, sp
         assert timed_out == [1, 2, 3]
 
 
-def records_read(query, topic: str) -> int:
+def records_read(query) -> int:
     """Records up to the end of the last batch that ran (its output is in the sink by then)."""
     progress = query.lastProgress
-    if not progress:
-        return 0
-    end = progress["sources"][0]["endOffset"]
-    end = json.loads(end) if isinstance(end, str) else end
-    return sum(offset for partition, offset in end.get(topic, {}).items() if partition.isdigit())
+    return sum(source_end(progress).values()) if progress else 0
