@@ -1,6 +1,6 @@
 """The client hook: one line in a confluent-kafka application, and its producers, consumers and
 admin clients report metadata responses, rebootstraps, connection-setup timeouts and failed
-metadata requests to epochwatch's events topic (docs/client-hook.md).
+metadata requests (and, if asked, their commits) to epochwatch's events topic (docs/client-hook.md).
 
     from streaming.collect.client_hook import ClientHook
 
@@ -55,11 +55,20 @@ class ClientHook:
         self._thread = threading.Thread(target=self._run, name="epochwatch-client-hook", daemon=True)
         self._thread.start()
 
-    def instrument(self, conf: Mapping[str, object]) -> dict:
+    def instrument(self, conf: Mapping[str, object], *, commits: bool = False) -> dict:
         """The application's client configuration with the hook's channels added: debug=metadata
         (one line per partition per metadata response, nothing per message), a logger and an
-        error_cb that first call the application's own, if it had them."""
+        error_cb that first call the application's own, if it had them.
+
+        ``commits=True`` (a consumer's configuration, with its ``group.id``) also reports each
+        successful commit with the leader epoch the client sent (``offset_commit``): for groups
+        the commit log collector does not read. Not both for one group: the two see a commit at
+        different times, and a commit reported late by one after a newer one by the other would
+        look like an epoch going back."""
         conf = dict(conf)
+        if commits and not conf.get("group.id"):
+            raise ValueError("ClientHook.instrument(conf, commits=True) needs the consumer's 'group.id' in conf: "
+                             "commits belong to a group")
         client_id = str(conf.setdefault("client.id", f"{os.path.basename(_program())}-{os.getpid()}-"
                                                      f"{next(_client_numbers)}"))
         reader = ClientLogReader(self.cluster_id, client_id,
@@ -73,12 +82,31 @@ class ClientHook:
         def error_cb(error) -> None:
             try:
                 self._offer(reader, "error", (error.name(), error.str()))
+            except Exception:   # never into the application's callback
+                log.exception("epochwatch client hook: could not read an error")
             finally:
                 if app_error_cb is not None:
                     app_error_cb(error)
 
         conf["error_cb"] = error_cb
+        if commits:
+            conf["on_commit"] = self._on_commit(reader, str(conf["group.id"]), conf.get("on_commit"))
         return conf
+
+    def _on_commit(self, reader: ClientLogReader, group_id: str, app_on_commit):
+        def on_commit(error, partitions) -> None:
+            try:
+                if error is None:
+                    self._offer(reader, "commit", (group_id, [
+                        (tp.topic, tp.partition, tp.offset, getattr(tp, "leader_epoch", None))
+                        for tp in partitions if tp.error is None]))
+            except Exception:   # never into the application's callback
+                log.exception("epochwatch client hook: could not read a commit")
+            finally:
+                if app_on_commit is not None:
+                    app_on_commit(error, partitions)
+
+        return on_commit
 
     def answered_by(self) -> dict[str, int | None]:
         """client.id -> the node of its latest metadata response (librdkafka asks one broker)."""
@@ -100,7 +128,7 @@ class ClientHook:
         try:
             while self._queue:
                 now_ms, reader, kind, payload = self._queue.popleft()
-                events += reader.line(now_ms, payload) if kind == "line" else reader.error(now_ms, *payload)
+                events += _READ[kind](reader, now_ms, payload)
             now_ms = int(self._clock() * 1000)
             for reader in list(self._readers):
                 events += reader.idle(now_ms)
@@ -128,6 +156,11 @@ class ClientHook:
         self._thread.join(timeout_s)
         self._drain()
         return self._publisher.close(timeout_s)
+
+
+_READ = {"line": lambda reader, now_ms, text: reader.line(now_ms, text),
+         "error": lambda reader, now_ms, error: reader.error(now_ms, *error),
+         "commit": lambda reader, now_ms, commit: reader.committed(now_ms, *commit)}
 
 
 class _HookLogger(logging.Logger):

@@ -9,7 +9,9 @@ rdkafka_broker.c; text as of v2.16):
 - ``Starting re-bootstrap sequence`` (facility REBOOTSTRAP, any debug context): a rebootstrap;
 - ``<host:port/node>: Connection setup timed out in state ...`` (facility FAIL, a warning, not
   passed to error_cb): socket.connection.setup.timeout.ms (KIP-601) ran out;
-- error_cb: ``_ALL_BROKERS_DOWN``.
+- error_cb: ``_ALL_BROKERS_DOWN``;
+- on_commit (a consumer's commit callback, opt-in): each committed partition's offset and the
+  leader epoch the client sent with it (KIP-320).
 
 Staleness is judged per partition: a response is behind when any partition it lists has an
 older leader epoch than this client, or another client of the same process and cluster
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from streaming.collect.commits import NO_EPOCH, Commit, offset_commit_event
 
 RECEIVED = re.compile(r"(?P<broker>\S+?)/(?P<node>\d+|bootstrap): ===== Received metadata")
 CLUSTER_ID = re.compile(r"ClusterId: (?P<cluster>[^,\s]+)")
@@ -95,6 +99,14 @@ class ClientLogReader:
         if name == "_ALL_BROKERS_DOWN":
             return [self._event(now_ms, "metadata_request_failed", node_id=None, reason="NO_NODE_AVAILABLE")]
         return []
+
+    def committed(self, now_ms: int, group_id: str, partitions: list[tuple[str, int, int, int | None]]) -> list[dict]:
+        """One successful commit of this consumer: (topic, partition, offset, leader epoch or None)
+        per partition -> ``offset_commit`` events, as the commit log collector makes them."""
+        return [offset_commit_event(Commit(group_id, topic, partition, offset,
+                                           NO_EPOCH if epoch is None or epoch < 0 else epoch, now_ms),
+                                    self.cluster_id or UNKNOWN_CLUSTER, self.client_id)
+                for topic, partition, offset, epoch in partitions if offset >= 0]
 
     def idle(self, now_ms: int) -> list[dict]:
         """Called now and then: a response block nothing followed for a while is complete."""

@@ -85,6 +85,65 @@ def test_a_healthy_producer_reports_its_metadata_responses(cluster, topic_factor
     assert not detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events) + 60_000)
 
 
+def test_a_consumers_commits_are_reported_with_their_leader_epochs_when_asked(cluster, tmp_path):
+    """instrument(conf, commits=True): a consumer reads and commits; each commit is an
+    offset_commit with the leader epoch librdkafka sent (the one the broker stored); a commit it
+    sends with an older epoch than its last raises OffsetCommitEpochRegression; the application's own on_commit
+    still gets every commit (asynchronous and automatic ones: confluent-kafka gives on_commit no
+    synchronous commit)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic, group = f"hook-commits-{tmp_path.name[-10:]}", f"billing-{tmp_path.name[-10:]}"
+    events_topic = f"hook-commit-events-{tmp_path.name[-10:]}"
+    create_topics(cluster.bootstrap_servers, {topic: 1, events_topic: 1}, replication_factor=3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(10):
+        producer.produce(topic, b"invoice %d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+    hook = ClientHook(cluster.bootstrap_servers, "watched", events_topic=events_topic)
+    app_saw = []
+    consumer = Consumer(hook.instrument({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
+                                         "client.id": "billing-app", "enable.auto.commit": False,
+                                         "auto.offset.reset": "earliest",
+                                         "on_commit": lambda err, tps: app_saw.append((err, len(tps)))},
+                                        commits=True))
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        wait_until(lambda: len(consumer.consume(10, 0.5)) > 0, 60, what="the consumer reading")
+        # asynchronous commits, served by poll(): confluent-kafka hands a synchronous commit's
+        # result to its caller, not to on_commit
+        def committed(offsets=None, count=1):
+            if offsets is None:
+                consumer.commit()
+            else:
+                consumer.commit(offsets=offsets)
+            wait_until(lambda: (consumer.poll(0.1), len(app_saw) >= count)[1], 30,
+                       what=f"commit {count} served (application saw {app_saw})")
+
+        committed()
+        [stored] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert stored.leader_epoch is not None and stored.leader_epoch >= 0, stored
+        newer = stored.leader_epoch + 1   # as a consumer that saw a newer leader would send
+        committed([TopicPartition(topic, 0, stored.offset, leader_epoch=newer)], count=2)
+        committed([TopicPartition(topic, 0, stored.offset, leader_epoch=stored.leader_epoch)], count=3)
+        wait_until(lambda: hook.published_by_type["offset_commit"] >= 3, 30,
+                   what=f"three commits read (hook {hook.published_by_type})")
+    finally:
+        consumer.close()
+    assert hook.close() == 0 and hook.dropped == 0
+    assert all(err is None for err, _ in app_saw), app_saw
+
+    events = published(cluster.bootstrap_servers, events_topic, hook.published)
+    commits = [e for e in events if e["event_type"] == "offset_commit"]
+    assert [(e["offset"], e["metadata_epoch"]) for e in commits] == [
+        (stored.offset, stored.leader_epoch), (stored.offset, newer), (stored.offset, stored.leader_epoch)], commits
+    assert {(e["group_id"], e["topic"], e["partition"], e["cluster_id"]) for e in commits} == {
+        (group, topic, 0, "watched")}
+    alerts = detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events) + 1_000)
+    assert firing(alerts, "group_id") == {("OffsetCommitEpochRegression", group)}, alerts
+
+
 @pytest.mark.spark
 def test_a_broker_port_that_stops_completing_connections_raises_a_storm_for_that_node(kafka_cluster_factory, broker,
                                                                                       tmp_path):

@@ -155,3 +155,15 @@ def test_a_client_that_only_asks_a_cut_off_broker_is_stale_next_to_its_neighbour
     alerts = detect_all(events, RuleSettings(), until=T0 + 12_000)
     assert {(a["alertname"], a["labels"]["client_id"], a["labels"]["broker_id"]) for a in alerts} == {
         ("StaleMetadataResponse", "app-on-2", "2")}
+
+
+def test_a_consumers_commits_become_offset_commit_events_and_an_older_epoch_raises_the_regression():
+    r = reader("billing-consumer")
+    events = r.committed(T0, "billing", [("orders", 0, 120, 5), ("orders", 1, 7, None), ("orders", 2, -1001, 5)])
+    assert [(e["group_id"], e["topic"], e["partition"], e["offset"], e["metadata_epoch"], e["event_time"])
+            for e in events] == [("billing", "orders", 0, 120, 5, T0), ("billing", "orders", 1, 7, -1, T0)], \
+        "no epoch sent is -1 (unknown); an invalid offset (-1001: nothing committed) gives no event"
+    events += r.committed(T0 + 5_000, "billing", [("orders", 0, 140, 4)])
+    alerts = detect_all(events, RuleSettings(), until=T0 + 6_000)
+    assert {(a["alertname"], a["labels"]["group_id"], a["labels"]["partition"]) for a in alerts} == {
+        ("OffsetCommitEpochRegression", "billing", "0")}
