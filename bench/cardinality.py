@@ -37,7 +37,7 @@ from tests.integration.faults.processes import descendants, engine_hosts, reside
 def fleet_events(n: int, clusters: int, brokers: int, clients: int):
     """n steady-state events of ``clusters`` clusters sharing ``brokers`` and ``clients`` evenly,
     merged in event-time order (each cluster its own simulation, seed and ids)."""
-    from streaming.simulate import ClusterShape, steady_state
+    from streaming.tools.simulate import ClusterShape, steady_state
 
     per_brokers, per_clients = max(1, brokers // clusters), max(1, clients // clusters)
     streams = [steady_state(shape=ClusterShape(cluster_id=f"cluster-{i:04d}", brokers=per_brokers,
@@ -52,10 +52,10 @@ def run_one(args) -> dict:
     from prometheus_client import generate_latest
 
     from streaming import config
-    from streaming.dispatch import MemorySink
-    from streaming.metrics import Metrics
-    from streaming.replay import run_staged, stage_events
-    from streaming.spark_session import build_session
+    from streaming.sinks.base import MemorySink
+    from streaming.sinks.metrics import Metrics
+    from streaming.spark.replay import run_staged, stage_events
+    from streaming.spark.session import build_session
 
     started = time.monotonic()
     events = list(fleet_events(args.events, args.run_clusters, args.brokers, args.clients))

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from streaming.embedded import create_topics  # noqa: E402
+from streaming.tools.embedded import create_topics  # noqa: E402
 from streaming.tools.kafka_cluster import KafkaCluster  # noqa: E402
 
 TOPIC, EVENTS = "hook-bench", "hook-bench-events"

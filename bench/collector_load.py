@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from streaming.embedded import EmbeddedBroker, create_topics  # noqa: E402
+from streaming.tools.embedded import EmbeddedBroker, create_topics  # noqa: E402
 from streaming.tools.kafka_cluster import KafkaCluster  # noqa: E402
 
 
@@ -135,7 +135,7 @@ def main() -> int:
             while args.commits and committer.done < args.commits and time.monotonic() < deadline:
                 time.sleep(0.2)  # until the groups' coordinator answers: the load must be steady in both periods
             baseline = rates(cluster, args.seconds)
-            proc = subprocess.Popen([sys.executable, "-m", "streaming.cli", "collect", "--config", str(config),
+            proc = subprocess.Popen([sys.executable, "-m", "streaming.commands", "collect", "--config", str(config),
                                      "--quiet", "--events-out", str(events)], cwd=REPO, stdin=subprocess.DEVNULL)
             try:
                 # its start-up (imports, connections, a JVM) is not the steady load

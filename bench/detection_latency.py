@@ -37,13 +37,13 @@ def main(argv=None) -> int:
 
     from streaming import config
     from streaming.commands.run import parse_overrides, stop_between_batches
-    from streaming.dispatch import Dispatcher
-    from streaming.embedded import EmbeddedBroker, create_topics
-    from streaming.job import start
-    from streaming.pipeline import ENGINE_HOSTS_CONF, PROCESSING_TIME
-    from streaming.simulate import ClusterShape, steady_state
-    from streaming.simulate.writers import KafkaEventWriter
-    from streaming.spark_session import build_session
+    from streaming.sinks.base import Dispatcher
+    from streaming.spark.job import start
+    from streaming.spark.pipeline import ENGINE_HOSTS_CONF, PROCESSING_TIME
+    from streaming.spark.session import build_session
+    from streaming.tools.embedded import EmbeddedBroker, create_topics
+    from streaming.tools.simulate import ClusterShape, steady_state
+    from streaming.tools.simulate.writers import KafkaEventWriter
 
     emitted: dict[str, float] = {}
     batches: list[float] = []
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
 
 
 def report(phase: str, injected: dict, emitted: dict, rows: list[dict]) -> None:
-    from streaming.metrics import input_records
+    from streaming.sinks.metrics import input_records
 
     lat = sorted(emitted[b] - t for b, t in injected.items() if b in emitted)
     pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")

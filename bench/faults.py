@@ -35,14 +35,13 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from streaming.embedded import create_topics, free_port  # noqa: E402
+from streaming.tools.embedded import create_topics, free_port  # noqa: E402
 from streaming.tools.kafka_cluster import KafkaCluster  # noqa: E402
 from tests.helpers import wait_until  # noqa: E402
-from tests.integration.faults.processes import (descendants, engine_hosts, python_workers,  # noqa: E402
-                                                resident_kib)
+from tests.integration.faults.processes import descendants, engine_hosts, python_workers, resident_kib  # noqa: E402
 from tests.integration.faults.support import JobProcess, LiveTelemetry, TopicTail, write_job_config  # noqa: E402
-from tests.integration.observability.services import (WebhookReceiver, alertmanager_process,  # noqa: E402
-                                                      render_alertmanager_config)
+from tests.integration.observability.services import (  # noqa: E402
+    WebhookReceiver, alertmanager_process, render_alertmanager_config)
 
 CLUSTER = "faults"
 BROKERS = [1, 2, 3]

@@ -3,7 +3,7 @@ steady state with every scripted incident mixed in (each incident its own cluste
 
 1. epochwatch on Spark (Kafka source -> transformWithState -> alert sink), local[2] and local[1]
 2. a hand-written single-process confluent-kafka + fastavro consumer running the same pure rules
-   (streaming.local.LocalDetector: what a team would write instead)
+   (streaming.engine.local.LocalDetector: what a team would write instead)
 3. the raw consume + decode floor
 
 Each engine runs in its own process (peak memory = max RSS of its process tree, sampled).
@@ -32,10 +32,12 @@ PARTITIONS = 8
 
 
 def fleet_events(n: int):
-    from streaming.demo import play_scenarios
-    from streaming.simulate import ClusterShape, steady_state
+    from streaming.tools.demo import play_scenarios
+    from streaming.tools.simulate import ClusterShape, steady_state
 
-    incidents, _ = play_scenarios(sorted(__import__("streaming.simulate", fromlist=["SCENARIOS"]).SCENARIOS), seed=3)
+    from streaming.tools.simulate import SCENARIOS
+
+    incidents, _ = play_scenarios(sorted(SCENARIOS), seed=3)
     fleet = steady_state(shape=ClusterShape(cluster_id="fleet", brokers=1000, clients=100_000, groups=2000),
                          duration_ms=24 * 3600 * 1000, seed=3)
     merged = heapq.merge(fleet, incidents, key=lambda e: e["event_time"])
@@ -43,9 +45,9 @@ def fleet_events(n: int):
 
 
 def load(bootstrap: str, n: int) -> int:
-    from streaming.demo import load_events
-    from streaming.embedded import create_topics
-    from streaming.simulate.writers import KafkaEventWriter
+    from streaming.tools.demo import load_events
+    from streaming.tools.embedded import create_topics
+    from streaming.tools.simulate.writers import KafkaEventWriter
 
     create_topics(bootstrap, {TOPIC: PARTITIONS})
     events = list(fleet_events(n))
@@ -138,8 +140,8 @@ def engine_single(bootstrap: str, n: int, chunk: int = 50_000) -> dict:
     every late heartbeat re-evaluates a 1,000-broker cluster (measured: ~10x slower)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from streaming.local import LocalDetector
-    from streaming.simulate import scenario_settings
+    from streaming.engine.local import LocalDetector
+    from streaming.tools.simulate import scenario_settings
     from udfs import avro_codec
 
     detector = LocalDetector(scenario_settings())
@@ -174,11 +176,11 @@ def engine_spark(bootstrap: str, n: int, master: str, batch_events: int) -> dict
     import tempfile
 
     from streaming import config
-    from streaming.job import start
-    from streaming.metrics import input_records
-    from streaming.pipeline import EVENT_TIME
-    from streaming.simulate import scenario_settings
-    from streaming.spark_session import build_session
+    from streaming.sinks.metrics import input_records
+    from streaming.spark.job import start
+    from streaming.spark.pipeline import EVENT_TIME
+    from streaming.spark.session import build_session
+    from streaming.tools.simulate import scenario_settings
 
     spark = build_session("h2h", master=master)  # one state partition per core
     emitted: list[tuple[int, float, int]] = []
@@ -234,7 +236,7 @@ def main(argv=None) -> int:
         print(json.dumps(result))
         return 0
 
-    from streaming.embedded import EmbeddedBroker
+    from streaming.tools.embedded import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         t = time.perf_counter()

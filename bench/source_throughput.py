@@ -5,7 +5,7 @@ of every value), side by side on the same topic of the same embedded broker.
     .venv/bin/python bench/source_throughput.py               # 2M events, 8 partitions
     .venv/bin/python bench/source_throughput.py --events 200000   # smoke run
 
-Events come from the cluster simulator (streaming.simulate, its steady state: the realistic mix of
+Events come from the cluster simulator (streaming.tools.simulate, its steady state: the realistic mix of
 event types), encoded with udfs.avro_codec.encode and keyed as in docs/CONTRACTS.md. Prints
 events/s, MB/s (key + value bytes) and the ratio Spark / hand-written. Not a test.
 """
@@ -19,8 +19,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from streaming.embedded import EmbeddedBroker, create_topics
-from streaming.simulate import ClusterShape, steady_state
+from streaming.tools.embedded import EmbeddedBroker, create_topics
+from streaming.tools.simulate import ClusterShape, steady_state
 from udfs import avro_codec
 from udfs.kafka_sink import event_key
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             assert decoded == args.events, f"hand-written read {decoded} of {args.events}"
             results.append(Result(label, decoded, seconds, payload, cpu_used(before, cpu_seconds_by_role())))
 
-        from streaming.spark_session import build_session
+        from streaming.spark.session import build_session
 
         spark = build_session("bench-source-throughput", master=args.master)
         warm = warm_up(spark, bootstrap)

@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 
 from streaming.config import RuleSettings, Settings
-from streaming.dispatch import MemorySink
-from streaming.local import LocalDetector
-from streaming.pipeline import ENGINE_HOSTS_CONF
-from streaming.replay import run_staged, stage_events
-from streaming.simulate import ClusterShape, steady_state
-from streaming.spark_session import build_session
+from streaming.engine.local import LocalDetector
+from streaming.sinks.base import MemorySink
+from streaming.spark.pipeline import ENGINE_HOSTS_CONF
+from streaming.spark.replay import run_staged, stage_events
+from streaming.spark.session import build_session
+from streaming.tools.simulate import ClusterShape, steady_state
 
 
 def generate(n: int, brokers: int, clients: int) -> list[dict]:

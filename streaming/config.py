@@ -111,7 +111,7 @@ class RuleSettings:
     entity_expiry_ms: int = field(default=3_600_000, metadata=_alias("state.entity.expiry.ms"))
     allowed_lateness_ms: int = field(default=2000, metadata=_alias("event.allowed.lateness.ms"))
     max_future_ms: int = field(default=300_000, metadata=_alias("event.max.future.ms"))
-    # What no real cluster sends (streaming.plausible): refused as dead letters before any state.
+    # What no real cluster sends (streaming.spark.validity): refused as dead letters before any state.
     # Kafka's default log.retention.ms: an older record cannot be in the events topic
     max_past_ms: int = field(default=604_800_000, metadata=_alias("event.max.past.ms"))
     # KRaft broker epochs and metadata epochs are metadata log offsets: 2^53 is centuries away
@@ -128,7 +128,7 @@ class RuleSettings:
     max_nodes: int = field(default=10_000, metadata=_alias("state.max.nodes.per.cluster"))
     max_clients: int = field(default=1_000_000, metadata=_alias("state.max.clients.per.cluster"))
     max_commit_partitions: int = field(default=1_000_000, metadata=_alias("state.max.commit.partitions.per.cluster"))
-    # and how many clusters one job may hold (streaming.cluster_gate): a fleet of 1,000 clusters
+    # and how many clusters one job may hold (streaming.spark.cluster_gate): a fleet of 1,000 clusters
     # was measured (bench/RESULTS.md, many clusters); more belong in more jobs
     max_clusters: int = field(default=10_000, metadata=_alias("state.max.clusters"))
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from streaming.embedded import create_topics
+from streaming.tools.embedded import create_topics
 from streaming.tools.kafka_cluster import KafkaCluster
 
 pytest_plugins = ["tests.support.kafka"]  # kafka_cluster, kafka_cluster_factory
@@ -40,7 +40,7 @@ def topic_factory(broker):
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession per test run (start-up costs 4-11 s)."""
-    from streaming.spark_session import build_session
+    from streaming.spark.session import build_session
 
     session = build_session("epochwatch-tests", conf={"spark.sql.shuffle.partitions": "2"})
     yield session

@@ -156,8 +156,8 @@ class SourceOptions:
     pack_max_past_ms: int = 604_800_000
     pack_max_epoch: int = 2**53
     pack_clock: str = "wall"
-    pack_hold_shards: tuple[int, ...] = ()  # streaming.hold_keys
-    pack_max_clusters: int | None = None  # streaming.cluster_gate
+    pack_hold_shards: tuple[int, ...] = ()  # streaming.spark.hold_keys
+    pack_max_clusters: int | None = None  # streaming.spark.cluster_gate
     pack_cluster_registry: str | None = None
 
     @property
@@ -231,7 +231,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         hold_shards = tuple(int(s) for s in lowered.get("packs.holdshards", "").split(",") if s.strip())
     except ValueError:
         raise OptionError("packs.holdShards", f"{lowered['packs.holdshards']!r} is not a list of shards",
-                          "leave it to epochwatch (streaming.hold_keys), or pass comma-separated integers") from None
+                          "leave it to epochwatch (streaming.spark.hold_keys), or pass comma-separated integers"
+                          ) from None
     return SourceOptions(
         client=client_settings(options, _SOURCE_OWNED_KAFKA_SETTINGS),
         subscribe=subscribe,

@@ -18,14 +18,14 @@ Options follow Spark's Kafka connector (which needs a jar this deployment cannot
                               marked dlq_published, goes on for the counts)
     output                    events (default: one row per decoded record) | packs (with decode:
                               the records already routed and packed by state key, the input of
-                              epochwatch's stateful stage, see streaming.packs; saves Spark turning
+                              epochwatch's stateful stage, see streaming.spark.packs; saves Spark turning
                               every event into a row and back into Arrow for the packing step)
     packs.clientShards        with output=packs: client and consumer-group shards (default 16)
     packs.maxFutureMs         with output=packs: events further ahead of the clock are dead letters
                               (default 300000)
     packs.maxPastMs           with output=packs: events further behind it too (default 604800000)
     packs.maxEpoch            with output=packs: incarnations and metadata epochs above it too
-                              (default 2^53; streaming.plausible)
+                              (default 2^53; streaming.spark.validity)
     packs.clock               with output=packs: wall (default: event times are judged by the wall
                               clock) or events (by the batch's own times: event-time runs)
     kafkaConsumer.pollTimeoutMs   executors: how long one read waits for a record before it
@@ -61,13 +61,29 @@ from collections import Counter
 from functools import cache
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from udfs import event_columns
 from udfs.kafka_options import SourceOptions, parse_source_options
-from udfs.offsets import (DataLoss, OffsetRange, admit, cap_at, group_ranges, parse_source_offset, plan_ranges,
-                          recreated_topics, resolve_starting, split_ranges, to_json_dict)
+from udfs.offsets import (
+    DataLoss,
+    OffsetRange,
+    admit,
+    cap_at,
+    group_ranges,
+    parse_source_offset,
+    plan_ranges,
+    recreated_topics,
+    resolve_starting,
+    split_ranges,
+    to_json_dict,
+)
 
 log = logging.getLogger("epochwatch.kafka_source")
 
@@ -76,7 +92,7 @@ class KafkaRangePartition(InputPartition):
     """One Spark partition: offset ranges [start, end) of Kafka partitions, read in this order.
     ``losses``: data losses the planner found (failOnDataLoss=false), for this task to report;
     ``clock_cap_ms``: how far the batch's clock may go (udfs.read_progress); ``admitted_clusters``:
-    the clusters the job holds (streaming.cluster_gate)."""
+    the clusters the job holds (streaming.spark.cluster_gate)."""
 
     def __init__(self, spans: list[OffsetRange], losses: int = 0, clock_cap_ms: int | None = None):
         super().__init__(spans)
@@ -95,7 +111,7 @@ class KafkaEventSource(DataSource):
     def schema(self):
         options = parse_source_options(self.options)
         if options.output == "packs":
-            from streaming.packs import PACK_SCHEMA
+            from streaming.spark.packs import PACK_SCHEMA
 
             return PACK_SCHEMA
         return event_columns.spark_schema(options.decoded)
@@ -188,7 +204,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                    group_ranges(spans, self.options.records_per_task, self.options.min_partitions)]
         self._hand_out_clusters(planned)
         if losses and self.options.output == "packs":
-            # counted by the job's metrics (streaming.packs.LOSS_KIND), not only logged here: the
+            # counted by the job's metrics (streaming.spark.packs.LOSS_KIND), not only logged here: the
             # planner runs in a process of its own, so the count travels with a task
             if planned:
                 planned[0].losses = len(losses)
@@ -208,10 +224,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._next_event_times.clock_cap(lagging(until, latest))
 
     def _hand_out_clusters(self, planned: list[KafkaRangePartition]) -> None:
-        """Hand the tasks the clusters the job holds (streaming.cluster_gate)."""
+        """Hand the tasks the clusters the job holds (streaming.spark.cluster_gate)."""
         if not (self.options.pack_max_clusters and self.options.pack_cluster_registry):
             return
-        from streaming.cluster_gate import read_admitted
+        from streaming.spark.cluster_gate import read_admitted
 
         admitted = read_admitted(self.options.pack_cluster_registry) or frozenset()
         for partition in planned:
@@ -265,25 +281,25 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     _log_dead_letters(publisher.flush(), span, options.dead_letter_topic)
 
         if options.output == "packs":
-            from streaming.packs import route_and_pack
-            from streaming.plausible import Limits
+            from streaming.spark.packs import route_and_pack
+            from streaming.spark.validity import Limits
 
             limits = Limits(options.pack_max_future_ms, options.pack_max_past_ms, options.pack_max_epoch,
                             wall_clock=options.pack_clock == "wall")
             # one packing pass over all the task's ranges: fewer, fuller packs to shuffle
             gate = None
             if options.pack_max_clusters:
-                from streaming.cluster_gate import ClusterGate
+                from streaming.spark.cluster_gate import ClusterGate
 
                 gate = ClusterGate(options.pack_max_clusters, partition.admitted_clusters)
             yield from route_and_pack(options.pack_client_shards, limits, clock_cap_ms=partition.clock_cap_ms,
                                       gate=gate)(decoded())
             if partition.clock_cap_ms is not None and options.pack_hold_shards:
-                from streaming.packs import hold_rows
+                from streaming.spark.packs import hold_rows
 
                 yield hold_rows(partition.clock_cap_ms, options.pack_hold_shards)
             if sum(losses):
-                from streaming.packs import loss_row
+                from streaming.spark.packs import loss_row
 
                 yield loss_row(sum(losses))
         else:
@@ -316,7 +332,6 @@ def _registry_catalog(url: str, settings: tuple, topic: str):
 
 def _dead_letter_publisher(options: SourceOptions):
     from udfs.dead_letters import DeadLetterPublisher
-
     from udfs.kafka_options import shared_settings
 
     return DeadLetterPublisher(shared_settings(options.client), options.dead_letter_topic, retry=options.retry_policy)

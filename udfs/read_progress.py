@@ -7,7 +7,7 @@ newest event read (the packs' clock, and Spark's watermark with it) then passes 
 wait unread in the partition behind, and the horizon times out a broker that never went quiet.
 So the planner asks, for each partition that still has records past the batch's end, the event
 time of its first unread record, and the batch's clock may not pass the earliest of them
-(streaming.packs.pack caps it; Flink's per-partition watermarks do the same with a minimum).
+(streaming.spark.packs.pack caps it; Flink's per-partition watermarks do the same with a minimum).
 
 A partition read to its end is not behind: its next events are still to be written, and the
 lateness allowance is for them. The first unread record stands for the partition's unread events:

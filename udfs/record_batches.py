@@ -253,7 +253,7 @@ def _assemble(rows, messages, dead: list[DeadLetter], dead_rows: list[int]) -> p
 
 
 # Marks a dead letter that the read task produced to the dead-letter topic itself: what travels on
-# is only that it happened (streaming.processor: for the counts and the console, never produced again).
+# is only that it happened (streaming.spark.processor: for the counts and the console, never produced again).
 PUBLISHED_COLUMN = "dlq_published"
 
 

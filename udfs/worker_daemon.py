@@ -28,7 +28,7 @@ _SPARK_ZIP = re.compile(r"(?P<package>pyspark)\.zip|(?P<py4j>py4j)-[0-9.]+-src\.
 def without_redundant_archives(path: list[str]) -> list[str]:
     """``path`` less Spark's zips whose package is also installed elsewhere on it, same version,
     less jars that hold no Python module, and less Spark's archives that are not there (Spark
-    names its zips whether or not they exist: streaming.spark_home's Spark home has none)."""
+    names its zips whether or not they exist: streaming.spark.home's Spark home has none)."""
     kept = list(path)
     for entry in path:
         if _redundant(entry, [p for p in kept if p != entry]):

@@ -218,7 +218,7 @@ cmd=("${submit:-spark-submit}" --master "$master" --deploy-mode "$deploy_mode" -
   --conf "spark.sql.execution.arrow.pyspark.enabled=true"
   # Python workers import the installed pyspark, not Spark's pyspark.zip (udfs/worker_daemon.py)
   --conf "spark.python.daemon.module=udfs.worker_daemon"
-  # the JIT's quick compiler only (streaming/spark_session.py: JIT_OPTIONS, docs/operations.md)
+  # the JIT's quick compiler only (streaming/spark/session.py: JIT_OPTIONS, docs/operations.md)
   --conf "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
   --conf "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1")
 

@@ -2,7 +2,7 @@
 runs ``epochwatch run`` with those options on the cluster spark-submit targets.
 
 The session is created first from spark-submit's configuration (master, driver host, the confs
-given with --conf), so that ``streaming.spark_session.build_session`` reuses it: its defaults
+given with --conf), so that ``streaming.spark.session.build_session`` reuses it: its defaults
 (local[2], a driver on 127.0.0.1) are for running on one machine, and on a cluster they would
 keep the executors from reaching the driver. Runtime SQL settings (the RocksDB state store
 provider, the config file's ``spark:`` section) are still applied to it; the state partitions
@@ -19,7 +19,7 @@ def main(argv: list[str]) -> int:
 
     from pyspark.sql import SparkSession
 
-    from streaming import cli
+    from streaming import commands as cli
 
     os.environ.setdefault("SPARK_MASTER_SET_BY_SUBMIT", "1")  # build_session: keep spark-submit's master
     SparkSession.builder.getOrCreate()

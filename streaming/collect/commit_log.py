@@ -129,7 +129,7 @@ def tools_jar(libs: Path) -> Path | None:
 
 def console_consumer_command(java: str, libs: Path, bootstrap_servers: str, group_id: str, client_id: str,
                              properties_file: Path, log4j_file: Path, topic: str = TOPIC) -> list[str]:
-    from streaming.embedded import _dies_with_this_process
+    from streaming.tools.embedded import _dies_with_this_process
 
     classpath = os.pathsep.join(str(p) for p in sorted(libs.glob("*.jar")) if "javaagent" not in p.name)
     # the kernel ends the JVM with the collector, even a collector killed with SIGKILL

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import IO, Mapping
 
 from streaming.events import write_jsonl
-
-from streaming.simulate.writers import producer_config
+from streaming.tools.simulate.writers import producer_config
 from udfs import avro_codec
 from udfs.kafka_sink import event_key
 

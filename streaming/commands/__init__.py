@@ -1,1 +1,39 @@
-"""CLI subcommands: each module defines ``register(subparsers)`` and is found automatically."""
+"""``epochwatch``, the console script: one module per subcommand in this package, each with
+``register(subparsers)``, found automatically (``python -m streaming.commands`` runs it too)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from streaming import __version__
+from streaming.config import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="epochwatch",
+        description="Monitor Kafka controller heartbeats, broker incarnations, metadata epochs and client rebootstrap.",
+    )
+    parser.add_argument("--version", action="version", version=f"epochwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"streaming.commands.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"epochwatch: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

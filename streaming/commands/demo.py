@@ -30,8 +30,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from streaming.demo import run_demo
-    from streaming.simulate import SCENARIOS
+    from streaming.tools.demo import run_demo
+    from streaming.tools.simulate import SCENARIOS
 
     report = None if args.no_report else args.report
     if not (args.simulated or args.scenario or args.bootstrap_servers):

@@ -29,9 +29,9 @@ def run(args) -> int:
         raise config.ConfigError("--chunk-events", f"{args.chunk_events} is not positive", "pass e.g. 20000")
     if args.input != "-" and not Path(args.input).is_file():
         raise config.ConfigError("--input", f"file {args.input} does not exist", "pass a JSON Lines file of events")
-    from streaming.dispatch import JsonLinesSink
-    from streaming.replay import print_progress, replay
-    from streaming.spark_session import build_session
+    from streaming.sinks.base import JsonLinesSink
+    from streaming.spark.replay import print_progress, replay
+    from streaming.spark.session import build_session
 
     with ExitStack() as stack:
         src = sys.stdin if args.input == "-" else stack.enter_context(open(args.input))
@@ -41,7 +41,7 @@ def run(args) -> int:
         spark = build_session("epochwatch-replay", conf=settings.spark)
         stats = replay(spark, settings, src, args.input, [JsonLinesSink(out, transitions, dead)],
                        chunk_events=args.chunk_events, progress=None if args.quiet else print_progress)
-    from streaming.refusals import describe, everything_refused, refused_everything_message
+    from streaming.spark.refusals import describe, everything_refused, refused_everything_message
 
     if not args.quiet:
         print(f"\nreplayed {stats.events:,} events in {stats.batches} batches ({stats.seconds:.1f} s); "

@@ -23,7 +23,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from streaming.report import ReportInputError, build_report, iso
+    from streaming.tools.report import ReportInputError, build_report, iso
 
     for flag, value in (("--alerts", args.alerts), ("--transitions", args.transitions)):
         if not Path(value).is_file():

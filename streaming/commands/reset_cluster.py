@@ -3,7 +3,7 @@
 The job's state lives in its checkpoint, which only the job itself may write (Spark has no API
 to change a running query's state), so the command does not touch it: it writes a
 ``cluster_reset`` control record to the events topic, and each state key of the cluster forgets
-what it knew when the job reaches that record (streaming.engine.KeyEngine._forget), in order
+what it knew when the job reaches that record (streaming.engine.key_engine.KeyEngine._forget), in order
 with the cluster's other events. Its open alerts resolve then.
 """
 

@@ -35,9 +35,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 
 def build_sinks(settings: config.Settings, console: bool):
-    from streaming.dispatch import ConsoleSink
-    from streaming.job import KafkaOutputSink
-    from streaming.metrics import Metrics
+    from streaming.sinks.base import ConsoleSink
+    from streaming.sinks.metrics import Metrics
+    from streaming.spark.job import KafkaOutputSink
 
     metrics = Metrics()
     if settings.sinks.metrics_port:
@@ -82,10 +82,10 @@ def stop_between_batches(query, dispatcher, wait_s: float = BATCH_FINISH_WAIT_S)
 def run(args) -> int:
     settings = config.load(args.config, parse_overrides(args.set))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from streaming.dispatch import Dispatcher
-    from streaming.job import ProgressListener, failure_text, start
-    from streaming.pipeline import EVENT_TIME, PROCESSING_TIME
-    from streaming.spark_session import build_session
+    from streaming.sinks.base import Dispatcher
+    from streaming.spark.job import ProgressListener, failure_text, start
+    from streaming.spark.pipeline import EVENT_TIME, PROCESSING_TIME
+    from streaming.spark.session import build_session
 
     spark = build_session("epochwatch", conf=settings.spark)
     sinks, metrics = build_sinks(settings, settings.sinks.console == "on")
@@ -112,7 +112,7 @@ def run(args) -> int:
     if query.exception():
         print(f"epochwatch: the query failed: {failure_text(query.exception())}", file=sys.stderr)
         return 1
-    from streaming.refusals import everything_refused, refused_everything_message
+    from streaming.spark.refusals import everything_refused, refused_everything_message
 
     if query.lastProgress is not None:  # the last batch's line (and its records) before judging the run
         listener.wait_for_batch(query.lastProgress["batchId"], timeout_s=30)

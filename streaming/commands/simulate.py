@@ -11,9 +11,17 @@ from pathlib import Path
 
 from streaming import config as config_module
 from streaming.events import EventError, to_millis
-from streaming.simulate import (DEFAULT_START_MS, SCENARIOS, ClusterShape, SimulationError, run_scenario,
-                                scenario_settings, steady_state, steady_truth)
-from streaming.simulate.writers import KafkaEventWriter, KafkaWriteError, write_jsonl_file
+from streaming.tools.simulate import (
+    DEFAULT_START_MS,
+    SCENARIOS,
+    ClusterShape,
+    SimulationError,
+    run_scenario,
+    scenario_settings,
+    steady_state,
+    steady_truth,
+)
+from streaming.tools.simulate.writers import KafkaEventWriter, KafkaWriteError, write_jsonl_file
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)?\s*$")

@@ -13,11 +13,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streaming import events
-from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
 from streaming.rules import served_runs
-from streaming.rules.records import (NO_TIME, STATES, BrokerRecord, ClusterRecord, expire, first_after, jumps,
-                                     over_capacity, utc)
+from streaming.rules.lifecycle import Condition, condition
+from streaming.rules.records import (
+    NO_TIME,
+    STATES,
+    BrokerRecord,
+    ClusterRecord,
+    expire,
+    first_after,
+    jumps,
+    over_capacity,
+    utc,
+)
 
 # A controller answer that means "you are an old incarnation" (KIP-343 / KRaft).
 REGRESSION_ERRORS = frozenset({events.INVALID_INCARNATION_ID, events.STALE_BROKER_EPOCH,
@@ -63,7 +72,7 @@ class BrokerFleet:
 
     def implausible(self, ev: dict) -> str | None:
         """Why a heartbeat or metadata update leaps too far past what the fleet holds
-        (streaming.plausible): applied, it would make every later real one look old."""
+        (streaming.spark.validity): applied, it would make every later real one look old."""
         kind, s, c = ev["event_type"], self.settings, self.cluster
         if kind not in ("broker_heartbeat", "metadata_update"):
             return None  # a served epoch is the broker's latest answer, not a high-water mark
@@ -457,6 +466,6 @@ def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:
             "broker": ints("broker_id", -1), "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
             "time": ints("event_time", NO_TIME), "controller_epoch": ints("controller_epoch", -1),
             "controller_id": ints("controller_id", -1),
-            # with the time, what streaming.engine.invalid_reason requires of a metadata response
+            # with the time, what streaming.engine.key_engine.invalid_reason requires of a metadata response
             "named": np.fromiter((bool(ev.get("cluster_id")) for ev in events), bool, n),
             "has_client": np.fromiter((bool(ev.get("client_id")) for ev in events), bool, n)}

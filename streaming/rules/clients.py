@@ -8,8 +8,8 @@ from operator import attrgetter
 
 import numpy as np
 
-from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
+from streaming.rules.lifecycle import Condition, condition
 from streaming.rules.quiet_responses import QuietRuns, quiet_runs
 from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, jumps, over_capacity, shard_cap, utc
 
@@ -19,7 +19,7 @@ class ClientShard:
     cluster_id: str
     settings: RuleSettings
     clients: dict[str, ClientRecord] = field(default_factory=dict)
-    # every client changed since the engine last reported (streaming.key_steps reads only these
+    # every client changed since the engine last reported (streaming.spark.key_steps reads only these
     # again for the stored JSON): whatever changes a record marks it here
     touched: set[str] = field(default_factory=set)
     dirty: bool = False
@@ -41,7 +41,7 @@ class ClientShard:
         return shard_cap(self.settings.max_clients, self.settings.client_shards)
 
     def implausible(self, ev: dict) -> str | None:
-        """Why a response's epoch leaps too far past the client's accepted one (streaming.plausible):
+        """Why a response's epoch leaps too far past the client's accepted one (streaming.spark.validity):
         accepted, it would make every later real answer look stale."""
         c = self.clients.get(ev["client_id"])
         limit = self.settings.max_epoch_jump
@@ -76,7 +76,7 @@ class ClientShard:
     def apply_quiet_responses(self, columns: dict[str, np.ndarray], client_ids: list[str], cluster_ids: list[str],
                               floor: int) -> np.ndarray:
         """Apply the quiet runs of a step's events, given as columns (response_columns, or the
-        processor's from Arrow: streaming.column_passes); a mask of the events applied."""
+        processor's from Arrow: streaming.fastpath.column_passes); a mask of the events applied."""
         runs = quiet_runs(**columns, floor=floor, expiry_ms=self.settings.entity_expiry_ms,
                           max_jump=self.settings.max_epoch_jump)
         return np.isin(columns["client"], self.apply_quiet_runs(runs, client_ids, cluster_ids))
@@ -251,7 +251,7 @@ def response_columns(events: list[dict]) -> tuple[dict[str, np.ndarray], list[st
                "client": codes("client_id", clients), "time": ints("event_time", NO_TIME),
                "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
                "broker_count": ints("broker_count", 0), "cluster": codes("response_cluster_id", clusters),
-               # with a client id and time >= 0: what streaming.engine.invalid_reason asks of a response
+               # with a client id and time >= 0: what streaming.engine.key_engine.invalid_reason asks of a response
                "usable": np.fromiter((bool(ev.get("cluster_id")) and ev.get("broker_id") is not None for ev in events),
                                      bool, n)}
     return columns, list(clients), list(clusters)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
+from streaming.rules.lifecycle import Condition, condition
 from streaming.rules.records import NO_TIME, CommitRecord, expire, jumps, over_capacity, shard_cap
 
 
@@ -31,7 +31,7 @@ class CommitShard:
                              "state.max.commit.partitions.per.cluster")
 
     def implausible(self, ev: dict) -> str | None:
-        """Why a commit's epoch leaps too far past the partition's (streaming.plausible): kept as
+        """Why a commit's epoch leaps too far past the partition's (streaming.spark.validity): kept as
         the high-water mark, it would make every later real commit a regression."""
         r = self.commits.get((ev["group_id"], ev["topic"], ev["partition"]))
         limit = self.settings.max_epoch_jump

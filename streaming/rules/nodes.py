@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from streaming import events
-from streaming.alerts import Condition, condition
 from streaming.config import RuleSettings
+from streaming.rules.lifecycle import Condition, condition
 from streaming.rules.records import NO_TIME, NodeRecord, expire, over_capacity
 
 MAX_TRACKED_CLIENTS = 1000
@@ -61,7 +61,7 @@ class NodeTable:
         return over_capacity(self.nodes, node, self.settings.max_nodes, "node", "state.max.nodes.per.cluster")
 
     def implausible(self, ev: dict) -> str | None:
-        """Nothing a node's events carry is a high-water mark (streaming.plausible)."""
+        """Nothing a node's events carry is a high-water mark (streaming.spark.validity)."""
         return None
 
     def apply(self, ev: dict) -> int | None:

@@ -34,7 +34,7 @@ class BrokerRecord:
     flapping_since_ms: int = NO_TIME
     time_in_state_ms: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     last_event_ms: int = NO_TIME
-    # an incarnation leaping past the accepted one (streaming.plausible), and how many heartbeats
+    # an incarnation leaping past the accepted one (streaming.spark.validity), and how many heartbeats
     # claimed it: refused until broker.duplicate.min.heartbeats did
     leap_incarnation_id: int = -1
     leap_heartbeats: int = 0
@@ -164,6 +164,6 @@ def utc(ms: int) -> str:
 
 def jumps(new: int, last: int, limit: int) -> bool:
     """``new`` leaps more than ``limit`` past ``last`` (a known value: -1 is none). A value that
-    leaps so far is refused (streaming.plausible): kept as a high-water mark, it would make
+    leaps so far is refused (streaming.spark.validity): kept as a high-water mark, it would make
     every later real value look old."""
     return last >= 0 and new - last > limit

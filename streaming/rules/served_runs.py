@@ -20,7 +20,7 @@ Kept in each run: its first and last serve, and the first and last serve of ever
 bucket of time, so that consecutive kept serves are always less than the grace apart.
 
 One function over columns, so the Spark processor runs it on Arrow before building any dict and
-the engine on the dicts of a step (streaming.engine, streaming.processor).
+the engine on the dicts of a step (streaming.engine.key_engine, streaming.spark.processor).
 """
 
 from __future__ import annotations

@@ -23,13 +23,13 @@ from udfs.redact import redact
 log = logging.getLogger(__name__)
 
 ALERTS_PATH = "/api/v2/alerts"
-DEFAULT_GENERATOR_URL = BookSettings.generator_url   # the driver's /metrics (streaming.metrics.DEFAULT_PORT)
+DEFAULT_GENERATOR_URL = BookSettings.generator_url   # the driver's /metrics (streaming.sinks.metrics.DEFAULT_PORT)
 MAX_IDLE_S = 1.0          # the thread re-checks the book at least this often
 POST_BATCH_SIZE = 500
 
 
 class DeliveryMetrics(Protocol):
-    """What the sink reports (``streaming.metrics.Metrics`` implements it)."""
+    """What the sink reports (``streaming.sinks.metrics.Metrics`` implements it)."""
 
     def set_alertmanager_backlog(self, backlog: int) -> None: ...
 
@@ -99,7 +99,7 @@ class AlertmanagerSink:
         return self.backlog
 
     def write(self, batch) -> None:
-        """Dispatcher sink (``streaming.dispatch``): the batch's alert records, then wake the thread."""
+        """Dispatcher sink (``streaming.sinks.base``): the batch's alert records, then wake the thread."""
         self.add(batch.alerts)
         self.flush()
 

@@ -49,11 +49,11 @@ def _alert(memory, name: str, status: str, since_ms: int, broker_id: int):
 def run_cluster_demo(report: Path | None, out: IO[str] = sys.stdout) -> int:
     from streaming.collect.collector import Collector
     from streaming.collect.publish import EventPublisher
-    from streaming.demo import _stderr_to, read_topic
-    from streaming.dispatch import ConsoleSink, Dispatcher, JsonLinesSink, MemorySink
-    from streaming.embedded import create_topics
-    from streaming.job import KafkaOutputSink, start
-    from streaming.spark_session import build_session
+    from streaming.sinks.base import ConsoleSink, Dispatcher, JsonLinesSink, MemorySink
+    from streaming.spark.job import KafkaOutputSink, start
+    from streaming.spark.session import build_session
+    from streaming.tools.demo import _stderr_to, read_topic
+    from streaming.tools.embedded import create_topics
     from streaming.tools.kafka_cluster import KafkaCluster
 
     work = Path(tempfile.mkdtemp(prefix="epochwatch-demo-"))
@@ -164,7 +164,7 @@ def _summary(out, alerts, fired, resolved_in, in_kafka, cut_ms, report, alerts_f
     if unexpected:
         out.write(f"unexpected pages: {unexpected}\n")
     if report:
-        from streaming.report import build_report
+        from streaming.tools.report import build_report
 
         build_report(alerts_file, transitions_file, report, report.with_suffix(".html"),
                      title=f"epochwatch demo: broker {CUT_BROKER} cut off from the controller, then healed")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from streaming.embedded import LOOPBACK, _dies_with_this_process
+from streaming.tools.embedded import LOOPBACK, _dies_with_this_process
 from streaming.tools.kafka_config import node_properties
 from streaming.tools.relay import Relay, free_port
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from streaming.embedded import LOOPBACK
+from streaming.tools.embedded import LOOPBACK
 
 if TYPE_CHECKING:
     from streaming.tools.kafka_cluster import KafkaCluster, KafkaNode

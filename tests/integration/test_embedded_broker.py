@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from streaming.embedded import EmbeddedBroker, create_topics, tansu_binary
+from streaming.tools.embedded import EmbeddedBroker, create_topics, tansu_binary
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def test_the_broker_dies_with_the_process_that_started_it():
     """Why: a demo or test run killed by SIGKILL (a CI timeout, kill -9) runs no stop(); tansu
     used to stay behind, holding its port, for as long as the machine ran."""
     starter = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom streaming.embedded import EmbeddedBroker\n"
+        [sys.executable, "-c", "import sys, time\nfrom streaming.tools.embedded import EmbeddedBroker\n"
          "b = EmbeddedBroker().start()\nprint(b._proc.pid, flush=True)\ntime.sleep(600)\n"],
         stdout=subprocess.PIPE, text=True)
     try:

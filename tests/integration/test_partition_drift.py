@@ -12,13 +12,13 @@ import dataclasses
 import pytest
 
 from streaming import config
-from streaming.demo import check_per_cluster, load_events, play_scenarios
-from streaming.dispatch import MemorySink
-from streaming.embedded import create_topics
-from streaming.job import start
-from streaming.pipeline import EVENT_TIME
-from streaming.simulate import SCENARIOS
-from streaming.simulate.writers import KafkaEventWriter
+from streaming.sinks.base import MemorySink
+from streaming.spark.job import start
+from streaming.spark.pipeline import EVENT_TIME
+from streaming.tools.demo import check_per_cluster, load_events, play_scenarios
+from streaming.tools.embedded import create_topics
+from streaming.tools.simulate import SCENARIOS
+from streaming.tools.simulate.writers import KafkaEventWriter
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

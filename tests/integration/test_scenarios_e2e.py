@@ -8,14 +8,14 @@ import dataclasses
 import pytest
 
 from streaming import config
-from streaming.demo import EVENT_PARTITIONS, check_per_cluster, load_events, play_scenarios, read_topic
-from streaming.dispatch import MemorySink
-from streaming.embedded import create_topics
-from streaming.job import KafkaOutputSink, start
-from streaming.metrics import input_records
-from streaming.pipeline import EVENT_TIME
-from streaming.simulate import SCENARIOS
-from streaming.simulate.writers import KafkaEventWriter
+from streaming.sinks.base import MemorySink
+from streaming.sinks.metrics import input_records
+from streaming.spark.job import KafkaOutputSink, start
+from streaming.spark.pipeline import EVENT_TIME
+from streaming.tools.demo import EVENT_PARTITIONS, check_per_cluster, load_events, play_scenarios, read_topic
+from streaming.tools.embedded import create_topics
+from streaming.tools.simulate import SCENARIOS
+from streaming.tools.simulate.writers import KafkaEventWriter
 from udfs import avro_codec
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

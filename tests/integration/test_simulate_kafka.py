@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from streaming.commands import simulate as simulate_command
-from streaming.simulate import ClusterShape, run_scenario, steady_state
-from streaming.simulate.writers import KafkaEventWriter, event_key
+from streaming.tools.simulate import ClusterShape, run_scenario, steady_state
+from streaming.tools.simulate.writers import KafkaEventWriter, event_key
 from udfs import avro_codec
 
 pytestmark = pytest.mark.integration

@@ -17,14 +17,15 @@ from collections import Counter
 import pytest
 from confluent_kafka import Producer
 
-from streaming import config, hold_keys
-from streaming.demo import check_per_cluster
-from streaming.dispatch import MemorySink
-from streaming.embedded import create_topics
-from streaming.job import start
-from streaming.pipeline import EVENT_TIME, PROCESSING_TIME
-from streaming.simulate import ClusterShape, steady_state, steady_truth
-from streaming.simulate.scenarios import scenario_settings
+from streaming import config
+from streaming.sinks.base import MemorySink
+from streaming.spark import hold_keys
+from streaming.spark.job import start
+from streaming.spark.pipeline import EVENT_TIME, PROCESSING_TIME
+from streaming.tools.demo import check_per_cluster
+from streaming.tools.embedded import create_topics
+from streaming.tools.simulate import ClusterShape, steady_state, steady_truth
+from streaming.tools.simulate.scenarios import scenario_settings
 from tests.integration.faults.support import source_end
 from tests.unit.rules.builders import hb
 from udfs import avro_codec
@@ -121,7 +122,7 @@ def test_processing_time_timers_wait_for_the_partition_that_is_behind(broker, sp
 
     memory = MemorySink()
     began = time.monotonic()
-    # the live job's trigger (available-now needs event time: streaming.job.start)
+    # the live job's trigger (available-now needs event time: streaming.spark.job.start)
     query = start(spark, settings, [memory], time_mode=PROCESSING_TIME, query_name=f"held-{suffix}")
     try:
         while records_read(query) < len(events):

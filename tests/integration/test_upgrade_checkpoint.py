@@ -9,13 +9,13 @@ from collections import Counter
 import pytest
 
 from streaming import config
-from streaming.demo import EVENT_PARTITIONS, check_per_cluster, load_events, play_scenarios
-from streaming.dispatch import MemorySink
-from streaming.embedded import create_topics
-from streaming.job import kafka_events, start
-from streaming.metrics import input_records
-from streaming.pipeline import EVENT_TIME
-from streaming.simulate.writers import KafkaEventWriter
+from streaming.sinks.base import MemorySink
+from streaming.sinks.metrics import input_records
+from streaming.spark.job import kafka_events, start
+from streaming.spark.pipeline import EVENT_TIME
+from streaming.tools.demo import EVENT_PARTITIONS, check_per_cluster, load_events, play_scenarios
+from streaming.tools.embedded import create_topics
+from streaming.tools.simulate.writers import KafkaEventWriter
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

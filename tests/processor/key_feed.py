@@ -9,9 +9,9 @@ import pyarrow as pa
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming.config import RuleSettings
-from streaming.packs import pack
-from streaming.processor import EpochwatchProcessor
-from streaming.routing import routes
+from streaming.spark.packs import pack
+from streaming.spark.processor import EpochwatchProcessor
+from streaming.spark.routing import routes
 from tests.processor.test_epochwatch_processor import pack_time
 
 

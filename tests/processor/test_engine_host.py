@@ -1,4 +1,4 @@
-"""streaming.engine_host with real host processes: a partition's steps keep their engines in
+"""streaming.spark.engine_host with real host processes: a partition's steps keep their engines in
 the host whichever Python worker asks, a failing step fails the task that sent it, and the
 worker steps on its own when no host can be reached."""
 
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from streaming.config import RuleSettings
-from streaming.engine_host import EngineHostError, HostedSteps, host_address, start_host
-from streaming.key_steps import from_json_rows
 from streaming.rules.records import BrokerRecord
+from streaming.spark.engine_host import EngineHostError, HostedSteps, host_address, start_host
+from streaming.spark.key_steps import from_json_rows
+from tests.processor.key_feed import packed
 from tests.processor.test_key_steps import empty_state, request
 from tests.unit.rules.builders import heartbeats
-from tests.processor.key_feed import packed
 
 KEY = ("c1", "brokers", 0)
 

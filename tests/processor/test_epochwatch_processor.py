@@ -10,9 +10,9 @@ import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming.config import RuleSettings
-from streaming.packs import HOLD_KIND, hold_rows, pack
-from streaming.processor import EpochwatchProcessor, from_json_rows, to_json_rows
 from streaming.rules.records import BrokerRecord
+from streaming.spark.packs import HOLD_KIND, hold_rows, pack
+from streaming.spark.processor import EpochwatchProcessor, from_json_rows, to_json_rows
 from tests.unit.rules.builders import heartbeats
 
 KEY = ("c1", "brokers", 0)
@@ -54,7 +54,7 @@ def pack_time(row):
 
 def test_state_is_one_record_per_broker_and_inspectable():
     """Why: on-call inspects state with format('statestore'); the brokers value is a table with a
-    record per broker (count, and JSON rows that streaming.state_schema.json_rows explodes)."""
+    record per broker (count, and JSON rows that streaming.spark.state_schema.json_rows explodes)."""
     tester = event_time_tester()
     tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
     count, _ = tester.peekValueState("brokers", KEY)

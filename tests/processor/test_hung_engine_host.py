@@ -1,6 +1,6 @@
 """A hung engine host (stopped, deadlocked) must not stall the query: the step in flight falls
 back to the Python worker within a bound, the hung host is killed, and the partition's next
-task starts a new one (streaming.engine_host.HostWatch)."""
+task starts a new one (streaming.spark.engine_host.HostWatch)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from streaming import engine_host
 from streaming.config import RuleSettings
-from streaming.engine_host import HostedSteps
+from streaming.spark import engine_host
+from streaming.spark.engine_host import HostedSteps
 from tests.processor.key_feed import packed
 from tests.processor.test_engine_host import KEY, address, broker_ids, host_stats  # noqa: F401 (fixture)
 from tests.processor.test_key_steps import empty_state

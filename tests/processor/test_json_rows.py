@@ -3,9 +3,8 @@ values written by older versions."""
 
 import orjson
 
-from streaming.processor import from_json_rows, to_json_rows
 from streaming.rules.records import ClientRecord, CommitRecord
-
+from streaming.spark.processor import from_json_rows, to_json_rows
 
 CLIENTS = [ClientRecord("a", accepted_epoch=7, stale_broker_ids=[1, 2], stale_since_ms=[10, 20],
                         stale_last_ms=[11, 21], stale_counts=[3, 1], last_event_ms=99),

@@ -1,4 +1,4 @@
-"""streaming.key_steps without Spark: a key's step with its engine kept and the same step with
+"""streaming.spark.key_steps without Spark: a key's step with its engine kept and the same step with
 the engine rebuilt from what the previous step stored give the same result, so keeping engines
 (in a Python worker or an engine host) can never change what the job detects."""
 
@@ -9,9 +9,9 @@ import pickle
 import pytest
 
 from streaming.config import RuleSettings
-from streaming.key_steps import JSON_TABLES, EngineCache, KeySteps, StepOutput, StepRequest, StoredState
-from streaming.routing import routes
-from streaming.simulate import run_scenario
+from streaming.spark.key_steps import JSON_TABLES, EngineCache, KeySteps, StepOutput, StepRequest, StoredState
+from streaming.spark.routing import routes
+from streaming.tools.simulate import run_scenario
 from tests.processor.key_feed import packed
 from tests.unit.rules.builders import hb, response
 

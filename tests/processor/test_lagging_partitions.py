@@ -1,5 +1,5 @@
 """A partition of the events topic that is behind (issue 27): the packs' clock stops at its first
-unread event (udfs.read_progress, streaming.packs), and no key's horizon may pass it. Here in
+unread event (udfs.read_progress, streaming.spark.packs), and no key's horizon may pass it. Here in
 processing time, where the horizon follows each key's newest event: heartbeats of broker 1 read
 from a partition that runs ahead must not time out broker 6, whose heartbeats wait unread."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import orjson
 
 from streaming.config import RuleSettings
-from streaming.key_steps import KeySteps, StepRequest, StoredState
+from streaming.spark.key_steps import KeySteps, StepRequest, StoredState
 from tests.processor.key_feed import packed
 from tests.unit.rules.builders import hb
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streaming import column_passes
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine
-from streaming.packs import read_packs, ready_and_waiting, to_dicts
-from streaming.routing import shard_of
+from streaming.engine.key_engine import KeyEngine
+from streaming.fastpath import column_passes
 from streaming.rules.clients import ClientShard, response_columns
-from streaming.simulate import ClusterShape, run_scenario
+from streaming.spark.packs import read_packs, ready_and_waiting, to_dicts
+from streaming.spark.routing import shard_of
+from streaming.tools.simulate import ClusterShape, run_scenario
 from tests.processor.key_feed import feed_in_batches, packed
 from tests.unit.rules.builders import failed, rebootstrap, response
 
@@ -78,7 +78,7 @@ def test_a_clients_key_emits_the_same_with_and_without_the_pass(name):
 
 def _one_by_one(waited: list[dict], arrived: list[dict], horizon: int) -> list[int]:
     """Times of the events the early pass leaves for the engine, as the processor calls it: what
-    waited and what arrived, split at the horizon (streaming.packs.ready_and_waiting)."""
+    waited and what arrived, split at the horizon (streaming.spark.packs.ready_and_waiting)."""
     engine = KeyEngine.new("clients", "c1", 0, RuleSettings())
     key = ("c1", "clients", 0)
     waiting = read_packs(*packed(waited, key)) if waited else None

@@ -9,12 +9,12 @@ import functools
 import numpy as np
 import pytest
 
-from streaming import column_passes
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine
-from streaming.packs import read_packs, ready_and_waiting, to_dicts
+from streaming.engine.key_engine import KeyEngine
+from streaming.fastpath import column_passes
 from streaming.rules.brokers import BrokerFleet, serve_columns
-from streaming.simulate import ClusterShape, run_scenario
+from streaming.spark.packs import read_packs, ready_and_waiting, to_dicts
+from streaming.tools.simulate import ClusterShape, run_scenario
 from tests.processor.key_feed import feed_in_batches, packed
 from tests.unit.rules.builders import hb, response, update
 
@@ -66,7 +66,7 @@ def test_a_brokers_key_emits_the_same_with_and_without_skipping(name):
 
 def _kept_times(waited: list[dict], arrived: list[dict], horizon: int) -> list[int]:
     """Times of the serves the early pass leaves for the engine, as the processor calls it: what
-    waited and what arrived, split at the horizon (streaming.packs.ready_and_waiting)."""
+    waited and what arrived, split at the horizon (streaming.spark.packs.ready_and_waiting)."""
     engine = KeyEngine.new("brokers", "c1", 0, RuleSettings())
     engine.step([hb(0, 1), update(10, 1, 10)], 10)
     key = ("c1", "brokers", 0)

@@ -1,4 +1,4 @@
-"""Events past the horizon wait in the key's state as Arrow (streaming.packs.ready_and_waiting),
+"""Events past the horizon wait in the key's state as Arrow (streaming.spark.packs.ready_and_waiting),
 outside the engine. The processor must still give exactly what the pure engine gives with its
 own buffer of dicts, and a buffer written by an older version (pickled dicts) must still load."""
 
@@ -13,11 +13,11 @@ import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine
-from streaming import engine_host, key_steps
-from streaming.processor import EpochwatchProcessor
-from streaming.routing import routes
-from streaming.simulate import ClusterShape, run_scenario
+from streaming.engine.key_engine import KeyEngine
+from streaming.spark import engine_host, key_steps
+from streaming.spark.processor import EpochwatchProcessor
+from streaming.spark.routing import routes
+from streaming.tools.simulate import ClusterShape, run_scenario
 from tests.processor.test_epochwatch_processor import pack_time, stored_brokers
 from tests.processor.test_served_runs_arrow import packed
 from tests.unit.rules.builders import heartbeats

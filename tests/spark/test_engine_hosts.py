@@ -1,5 +1,5 @@
 """In a real query each state partition's keys are stepped in its engine host
-(streaming.engine_host): built once from the store, then kept across micro-batches."""
+(streaming.spark.engine_host): built once from the store, then kept across micro-batches."""
 
 import io
 import json
@@ -7,12 +7,12 @@ import json
 import pytest
 
 from streaming import config
-from streaming.dispatch import MemorySink
-from streaming.engine_host import local_host_stats
-from streaming.pipeline import ENGINE_HOSTS_CONF
-from streaming.replay import replay
-from streaming.routing import routes
-from streaming.simulate import run_scenario
+from streaming.sinks.base import MemorySink
+from streaming.spark.engine_host import local_host_stats
+from streaming.spark.pipeline import ENGINE_HOSTS_CONF
+from streaming.spark.replay import replay
+from streaming.spark.routing import routes
+from streaming.tools.simulate import run_scenario
 
 pytestmark = pytest.mark.spark
 

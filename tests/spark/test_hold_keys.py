@@ -1,4 +1,4 @@
-"""The hold keys reach every state partition (streaming.hold_keys), and the count of state
+"""The hold keys reach every state partition (streaming.spark.hold_keys), and the count of state
 partitions is the checkpoint's, not the session's, once a batch has run."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from streaming.hold_keys import SHUFFLE_PARTITIONS, hold_shards, state_partition_count
-from streaming.packs import KEY_COLUMNS, PACK_SCHEMA, hold_rows
+from streaming.spark.hold_keys import SHUFFLE_PARTITIONS, hold_shards, state_partition_count
+from streaming.spark.packs import KEY_COLUMNS, PACK_SCHEMA, hold_rows
 
 pytestmark = pytest.mark.spark
 

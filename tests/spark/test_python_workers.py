@@ -23,7 +23,7 @@ def test_workers_import_pyspark_from_the_installed_package_not_sparks_zip(spark)
 
 def test_sparks_planner_processes_import_the_installed_pyspark_too(spark):
     """Why: Spark starts its own Python processes to look up and plan a data source and to start a
-    query, with pyspark.zip first on their path: ~0.5 s more for each (streaming.spark_home)."""
+    query, with pyspark.zip first on their path: ~0.5 s more for each (streaming.spark.home)."""
     from pyspark.sql.datasource import DataSource
 
     class WhereFrom(DataSource):  # defined here: Spark's planner cannot import this test module

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from streaming import config
-from streaming.dispatch import MemorySink
-from streaming.local import detect_all
-from streaming.replay import FILES_PER_CHUNK, replay
-from streaming.simulate import run_scenario
+from streaming.engine.local import detect_all
+from streaming.sinks.base import MemorySink
+from streaming.spark.replay import FILES_PER_CHUNK, replay
+from streaming.tools.simulate import run_scenario
 
 pytestmark = pytest.mark.spark
 
@@ -69,7 +69,7 @@ def test_a_recording_dated_months_ahead_replays_as_it_would_today(spark, tmp_pat
 def test_the_replay_command_reports_refusals_and_fails_when_it_refused_everything(spark, tmp_path, capsys):
     """Why: a run that refused every event detected nothing; it must say so and exit non-zero,
     not report success with "0 bad lines"."""
-    from streaming.cli import main
+    from streaming.commands import main
     from tests.unit.rules.builders import hb
 
     good = [hb(1_767_225_600_000 + i * 1000, 1) for i in range(20)]

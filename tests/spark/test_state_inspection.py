@@ -8,11 +8,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from streaming import config
-from streaming.dispatch import MemorySink
-from streaming.replay import replay
-from streaming.simulate import run_scenario
-from streaming.state_schema import json_rows, schema_of
 from streaming.rules.records import BrokerRecord, ClientRecord
+from streaming.sinks.base import MemorySink
+from streaming.spark.replay import replay
+from streaming.spark.state_schema import json_rows, schema_of
+from streaming.tools.simulate import run_scenario
 
 pytestmark = pytest.mark.spark
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.embedded import create_topics
+from streaming.tools.embedded import create_topics
 from streaming.tools.kafka_cluster import KafkaCluster
 from tests.helpers import wait_until
 

@@ -1,4 +1,4 @@
-"""The cap on clusters per job (streaming.cluster_gate): the source task's gate and the driver's
+"""The cap on clusters per job (streaming.spark.cluster_gate): the source task's gate and the driver's
 registry, and routing that refuses a cluster past the cap as a dead letter with its reason."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pyarrow as pa
 
-from streaming.cluster_gate import CLUSTER_CAP, ClusterGate, ClusterRegistry, read_admitted
-from streaming.plausible import Limits
-from streaming.replay import rows_to_batch
-from streaming.routing import route_batch
+from streaming.spark.cluster_gate import CLUSTER_CAP, ClusterGate, ClusterRegistry, read_admitted
+from streaming.spark.replay import rows_to_batch
+from streaming.spark.routing import route_batch
+from streaming.spark.validity import Limits
 from tests.unit.rules.builders import hb
 
 T0 = 1_700_000_000_000
@@ -94,7 +94,7 @@ def test_one_registry_listener_per_session_feeds_each_query_its_own_registry(tmp
     called for every query's progress, and Spark's listener thread ended up busy for minutes."""
     from types import SimpleNamespace
 
-    from streaming.job import ClusterRegistryListener
+    from streaming.spark.job import ClusterRegistryListener
 
     added = []
     spark = SimpleNamespace(streams=SimpleNamespace(addListener=added.append))

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from streaming import config
-from streaming.cli import main
+from streaming.commands import main
 
 SHIPPED = Path(__file__).resolve().parents[2] / "deploy" / "config" / "epochwatch.yaml"
 

@@ -3,7 +3,7 @@ crashed on the baseline scenario, which has no incident (incident_at_ms is None)
 
 import io
 
-from streaming.demo import describe, play_scenarios
+from streaming.tools.demo import describe, play_scenarios
 
 
 def test_a_scenario_without_an_incident_is_described_as_such():

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from streaming import config
-from streaming.spark_session import DEFAULTS, ROCKSDB_PROVIDER
+from streaming.spark.session import DEFAULTS, ROCKSDB_PROVIDER
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -1,8 +1,8 @@
-"""streaming.dispatch.OutputBatch reads what a key's step outputs (streaming.key_steps)."""
+"""streaming.sinks.base.OutputBatch reads what a key's step outputs (streaming.spark.key_steps)."""
 
 from streaming.config import RuleSettings
-from streaming.dispatch import OutputBatch
-from streaming.key_steps import KeySteps
+from streaming.sinks.base import OutputBatch
+from streaming.spark.key_steps import KeySteps
 from tests.processor.key_feed import packed
 from tests.processor.test_key_steps import empty_state, request
 from tests.unit.rules.builders import heartbeats

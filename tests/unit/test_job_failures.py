@@ -2,7 +2,7 @@
 
 import pytest
 
-from streaming.job import failure_text
+from streaming.spark.job import failure_text
 
 # Spark 4's message for a checkpoint whose brokers variable was a ListState (measured: a query
 # declaring a ValueState of the same name on that checkpoint)
@@ -26,8 +26,8 @@ def test_available_now_in_processing_time_is_refused_before_anything_starts():
     """Spark's stateful operator asks for another batch after every processing-time batch: the
     query would never end (it ran 2,858 empty batches in 14 minutes before this check)."""
     from streaming import config
-    from streaming.job import start
-    from streaming.pipeline import PROCESSING_TIME
+    from streaming.spark.job import start
+    from streaming.spark.pipeline import PROCESSING_TIME
 
     with pytest.raises(ValueError, match="EventTime"):
         start(None, config.load(), [], time_mode=PROCESSING_TIME, available_now=True)

@@ -1,4 +1,4 @@
-"""streaming.metrics: scrape the registry's text after each call, as Prometheus would."""
+"""streaming.sinks.metrics: scrape the registry's text after each call, as Prometheus would."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streaming.metrics import Metrics, input_records, source_lag
-from streaming.packs import INPUT_METRIC
+from streaming.sinks.metrics import Metrics, input_records, source_lag
+from streaming.spark.packs import INPUT_METRIC
 
 CONTRACT = {  # docs/CONTRACTS.md: metric -> (type, labels)
     "epochwatch_broker_state": ("gauge", {"cluster", "broker_id", "state"}),
@@ -192,7 +192,7 @@ def test_observe_progress():
 
 
 def test_input_is_counted_in_records_when_the_rows_are_packs():
-    """Why: the job's input rows are packs of many records (streaming.packs); on-call reads the
+    """Why: the job's input rows are packs of many records (streaming.spark.packs); on-call reads the
     rates in records, which the pipeline counts in an observed metric."""
     m = Metrics()
     packed = {**PROGRESS, "numInputRows": 40, "inputRowsPerSecond": 20.0, "processedRowsPerSecond": 50.0,
@@ -209,7 +209,7 @@ def test_input_is_counted_in_records_when_the_rows_are_packs():
 
 def test_late_events_come_from_the_engines_late_summaries_per_batch():
     """Why: packs are never dropped as late; the engine applies late events and says how many."""
-    from streaming.dispatch import OutputBatch
+    from streaming.sinks.base import OutputBatch
 
     m = Metrics()
     m.write(OutputBatch(7, summaries=[{"kind": "late", "key_kind": "brokers", "shard": 0, "events": 3},
@@ -295,7 +295,7 @@ def test_broker_state_given_as_kip343_number():
 
 
 def test_write_takes_a_dispatcher_batch():
-    from streaming.dispatch import OutputBatch
+    from streaming.sinks.base import OutputBatch
 
     batch = OutputBatch(
         1,
@@ -327,8 +327,8 @@ def test_the_batch_line_says_what_was_refused_and_a_batch_of_nothing_else_is_an_
     import json as _json
     import logging
 
-    from streaming.dispatch import OutputBatch
-    from streaming.job import ProgressListener
+    from streaming.sinks.base import OutputBatch
+    from streaming.spark.job import ProgressListener
 
     m, lines = Metrics(), []
     listener = ProgressListener(m, emit=lines.append)

@@ -1,4 +1,4 @@
-"""streaming.packs: routed rows -> one pack per state key -> the same events back."""
+"""streaming.spark.packs: routed rows -> one pack per state key -> the same events back."""
 
 import pickle
 from datetime import datetime, timezone
@@ -7,9 +7,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streaming.packs import (CLOCK_KIND, PACK_SCHEMA, PickledStateError, from_ipc_chunks, pack, ready_and_waiting, route_and_pack,
-                             to_ipc_chunks, unpack)
-from streaming.plausible import Limits
+from streaming.spark.packs import (
+    CLOCK_KIND,
+    PACK_SCHEMA,
+    PickledStateError,
+    from_ipc_chunks,
+    pack,
+    ready_and_waiting,
+    route_and_pack,
+    to_ipc_chunks,
+    unpack,
+)
+from streaming.spark.validity import Limits
 
 T0 = 1_700_000_000_000
 # the batch's own times as its clock: T0 is years behind the wall clock
@@ -59,7 +68,7 @@ def test_packs_have_no_time_and_one_clock_row_carries_the_newest_event_time():
 
 def test_every_pack_carries_its_batch_newest_event_time_in_ms():
     """Why: in event-time mode a key applies its events up to that time minus the allowed lateness
-    in the same micro-batch (streaming.processor), not only once the next watermark passes."""
+    in the same micro-batch (streaming.spark.processor), not only once the next watermark passes."""
     out = pack(table(ROWS)).to_pylist()
     assert {p["clock_ms"] for p in out} == {T0 + 9}
 
@@ -109,7 +118,7 @@ def test_dead_letter_bytes_survive_the_pack():
 
 
 def test_map_in_arrow_function_routes_packs_skips_empty_batches_and_matches_the_declared_schema():
-    from streaming.replay import rows_to_batch
+    from streaming.spark.replay import rows_to_batch
     from tests.unit.rules.builders import hb, response
 
     evs = [dict(hb(1, 1), event_time=T0 + 1), dict(response(2, "a", 1, 5), event_time=T0 + 2)]
@@ -124,7 +133,7 @@ def test_map_in_arrow_function_routes_packs_skips_empty_batches_and_matches_the_
 
 def test_a_batch_of_only_dead_letters_is_counted_by_a_clock_row_without_time():
     """Why: Spark's input rows are packs; the records a batch read are counted from the clock rows
-    (streaming.metrics.input_records), and undecodable records are records too. Their time is no
+    (streaming.sinks.metrics.input_records), and undecodable records are records too. Their time is no
     event time, so that clock row moves no watermark and no key's horizon."""
     dead = pa.RecordBatch.from_pylist([{"event_type": None, "event_time": None, "cluster_id": None,
                                         "error_code": None, "metadata_epoch": None, "client_id": None,
@@ -157,7 +166,7 @@ def test_a_keys_packs_unpack_together_in_order_whatever_columns_each_kept():
 def test_map_in_arrow_function_gathers_small_input_batches_into_one_pack_per_key():
     """Why: Spark cuts a task's rows into 10,000-row Arrow batches; a pack per key per batch made
     most packs a handful of events, each paying a pack's fixed cost in the stateful stage."""
-    from streaming.replay import rows_to_batch
+    from streaming.spark.replay import rows_to_batch
     from tests.unit.rules.builders import hb
 
     batches = [rows_to_batch([dict(hb(1, 1), event_time=T0 + i)]) for i in range(5)]
@@ -259,7 +268,7 @@ def test_packs_are_compressed_and_uncompressed_chunks_of_an_older_version_still_
 
 
 def test_hold_rows_carry_the_held_clock_to_each_shard_and_count_no_records():
-    from streaming.packs import HOLD_KIND, hold_rows
+    from streaming.spark.packs import HOLD_KIND, hold_rows
 
     rows = hold_rows(1_795_000_010_000, [4, 0, 9]).to_pylist()
     assert [(r["cluster_id"], r["kind"], r["shard"], r["clock_ms"], r["events"]) for r in rows] == [

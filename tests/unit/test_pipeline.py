@@ -1,9 +1,9 @@
-"""streaming.pipeline's own settings."""
+"""streaming.spark.pipeline's own settings."""
 
 import pytest
 
 from streaming.config import ConfigError
-from streaming.pipeline import engine_hosts
+from streaming.spark.pipeline import engine_hosts
 
 
 @pytest.mark.parametrize("value, hosted", [("true", True), ("false", False), (" False ", False), ("TRUE", True)])

@@ -1,4 +1,4 @@
-"""What routing refuses before any state sees it (streaming.plausible): event times far ahead of
+"""What routing refuses before any state sees it (streaming.spark.validity): event times far ahead of
 or behind the clock (the wall clock live, the batch's own times in replay) and epochs no cluster
 reaches. Tables of numbered cases, each saying why."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from streaming.plausible import Limits, bulk_bounds, refusals
-from streaming.replay import rows_to_batch
+from streaming.spark.replay import rows_to_batch
+from streaming.spark.validity import Limits, bulk_bounds, refusals
 from tests.unit.rules.builders import hb, response, update
 
 NOW = 1_795_000_000_000

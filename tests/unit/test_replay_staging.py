@@ -1,4 +1,4 @@
-"""Replay's staging of a JSON Lines file (streaming.replay.stage_jsonl), without Spark: what a bad
+"""Replay's staging of a JSON Lines file (streaming.spark.replay.stage_jsonl), without Spark: what a bad
 line leaves in the staged chunks is bounded (issue #22)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pyarrow.parquet as pq
 
-from streaming.replay import MAX_BAD_LINE_BYTES, stage_jsonl
+from streaming.spark.replay import MAX_BAD_LINE_BYTES, stage_jsonl
 
 
 def test_a_huge_bad_line_keeps_its_start_and_says_how_large_it_was(tmp_path):

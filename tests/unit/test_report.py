@@ -9,9 +9,16 @@ import re
 import pytest
 from PIL import Image
 
-from streaming.cli import main
-from streaming.report import (ReportInputError, Segment, broker_lanes, incidents_of, read_alerts, read_transitions,
-                              time_window)
+from streaming.commands import main
+from streaming.tools.report import (
+    ReportInputError,
+    Segment,
+    broker_lanes,
+    incidents_of,
+    read_alerts,
+    read_transitions,
+    time_window,
+)
 
 T0 = 1_790_000_000_000  # ms, an arbitrary UTC instant
 MIN = 60_000
@@ -165,7 +172,7 @@ def test_only_alerts_or_only_transitions_still_draw(tmp_path, replay_files):
 
 
 def test_lane_labels_name_the_cluster_only_when_there_are_several():
-    from streaming.report import lane_label
+    from streaming.tools.report import lane_label
 
     assert lane_label(("kafka-prod", 3), {"kafka-prod"}) == "broker 3"
     assert lane_label(("kafka-prod", 3), {"kafka-prod", "kafka-dr"}) == "kafka-prod / broker 3"

@@ -4,9 +4,9 @@ metrics sink (a ``reset`` summary), and the sink forgets the cluster's gauges.""
 from __future__ import annotations
 
 from streaming.config import RuleSettings
-from streaming.dispatch import OutputBatch
-from streaming.engine import KeyEngine
-from streaming.metrics import Metrics
+from streaming.engine.key_engine import KeyEngine
+from streaming.sinks.base import OutputBatch
+from streaming.sinks.metrics import Metrics
 from tests.unit.rules.builders import CLUSTER, hb, reset, response
 from tests.unit.test_metrics import scrape
 
@@ -15,7 +15,7 @@ OTHER = "c2"
 
 class Batches:
     """Micro-batches as Spark runs them: a key steps when it has events or its timer is due
-    (streaming.processor), then the metrics sink takes the batch's output."""
+    (streaming.spark.processor), then the metrics sink takes the batch's output."""
 
     KIND_EVENTS = {"brokers": ("broker_heartbeat",), "clients": ("metadata_response",)}
 

@@ -2,9 +2,9 @@
 
 import pyarrow as pa
 
-from streaming.plausible import Limits
-from streaming.replay import rows_to_batch
-from streaming.routing import OWNER_KIND, route_batch, routes
+from streaming.spark.replay import rows_to_batch
+from streaming.spark.routing import OWNER_KIND, route_batch, routes
+from streaming.spark.validity import Limits
 from tests.unit.rules.builders import attempt, commit, failed, hb, rebootstrap, reset, response, update
 
 T0 = 1_700_000_000_000
@@ -45,7 +45,7 @@ def test_an_invalid_event_fed_to_several_keys_is_dead_lettered_once():
     """Why: an invalid metadata response also feeds the brokers key (and the nodes key with error
     129); each key reported it, so the dead-letter topic got it two or three times."""
     from streaming.config import RuleSettings
-    from streaming.local import LocalDetector
+    from streaming.engine.local import LocalDetector
 
     bad = [dict(ev, client_id="") for ev in (response(3, "x", 1, 5), response(5, "x", 9000, -1, error=129, brokers=0))]
     for ev in bad:

@@ -3,8 +3,8 @@ bound, nothing unexpected fires. The Spark + Kafka version is tests/integration/
 
 import pytest
 
-from streaming.local import detect_all
-from streaming.simulate import SCENARIOS, check, run_scenario
+from streaming.engine.local import detect_all
+from streaming.tools.simulate import SCENARIOS, check, run_scenario
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

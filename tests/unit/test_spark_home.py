@@ -1,9 +1,9 @@
-"""streaming.spark_home: a Spark home without pyspark's zips, for a pip-installed pyspark."""
+"""streaming.spark.home: a Spark home without pyspark's zips, for a pip-installed pyspark."""
 
 import os
 from pathlib import Path
 
-from streaming import spark_home
+from streaming.spark import home as spark_home
 
 
 def unset_spark_home(monkeypatch):

@@ -1,10 +1,10 @@
-"""streaming.spark_session: one state partition per core of a local master."""
+"""streaming.spark.session: one state partition per core of a local master."""
 
 import os
 
 import pytest
 
-from streaming.spark_session import local_cores, session_conf
+from streaming.spark.session import local_cores, session_conf
 
 
 @pytest.mark.parametrize("master, cores, why", [
@@ -43,6 +43,6 @@ RETRIES = [
 
 @pytest.mark.parametrize("master, expected, why", RETRIES)
 def test_local_masters_retry_failed_tasks(master, expected, why):
-    from streaming.spark_session import with_task_retries
+    from streaming.spark.session import with_task_retries
 
     assert with_task_retries(master) == expected, why

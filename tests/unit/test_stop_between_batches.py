@@ -9,7 +9,7 @@ import time
 import pytest
 
 from streaming.commands.run import stop_between_batches
-from streaming.dispatch import Dispatcher
+from streaming.sinks.base import Dispatcher
 
 
 class Frame:

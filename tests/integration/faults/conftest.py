@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.embedded import free_port
+from streaming.tools.embedded import free_port
 from tests.integration.faults.support import JobProcess, TopicTail
 
 
@@ -72,8 +72,11 @@ def pytest_terminal_summary(terminalreporter):
 def alertmanager_on_fixed_port(tmp_path):
     """The real Alertmanager (deploy/alertmanager config, fast grouping) that a test may stop and
     start again on the same port; notifications go to a loopback webhook receiver."""
-    from tests.integration.observability.services import (WebhookReceiver, alertmanager_process,
-                                                          render_alertmanager_config)
+    from tests.integration.observability.services import (
+        WebhookReceiver,
+        alertmanager_process,
+        render_alertmanager_config,
+    )
 
     webhook = WebhookReceiver()
     config = render_alertmanager_config(tmp_path / "alertmanager.yml", webhook)

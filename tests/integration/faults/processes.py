@@ -1,5 +1,5 @@
 """The processes of a running `epochwatch run`, read from /proc: its Python workers (forked by
-Spark's worker daemon, udfs.worker_daemon) and its engine hosts (streaming.engine_host), so that
+Spark's worker daemon, udfs.worker_daemon) and its engine hosts (streaming.spark.engine_host), so that
 a fault test or bench/faults.py can kill one of them."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 WORKER_MODULE = "udfs.worker_daemon"
-HOST_MODULE = "streaming.engine_host"
+HOST_MODULE = "streaming.spark.engine_host"
 
 
 def process_table() -> dict[int, tuple[int, list[str]]]:

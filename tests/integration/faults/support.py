@@ -68,7 +68,7 @@ class JobProcess:
             log.write(f"\n===== start {self.starts + 1} =====\n".encode())
             log.flush()
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "streaming.cli", "run", "--config", str(self.config), *self.extra_args],
+                [sys.executable, "-m", "streaming.commands", "run", "--config", str(self.config), *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.starts += 1
@@ -221,7 +221,7 @@ class LiveTelemetry:
         return out
 
     def _produce(self, event: dict) -> None:
-        from streaming.simulate.writers import event_key
+        from streaming.tools.simulate.writers import event_key
         from udfs import avro_codec
 
         event["cluster_id"] = self.cluster
@@ -250,7 +250,7 @@ def job_on_fresh_topics(bootstrap: str, tmp_path: Path, prefix: str, partitions:
                         **config) -> tuple[Path, dict[str, str]]:
     """Events, alerts and dead-letter topics named after the test (``partitions`` each), and an
     `epochwatch run` config for them (write_job_config's keyword options in ``config``)."""
-    from streaming.embedded import create_topics
+    from streaming.tools.embedded import create_topics
 
     suffix = tmp_path.name[-10:]
     topics = {"events": f"{prefix}-ev-{suffix}", "alerts": f"{prefix}-al-{suffix}", "dlq": f"{prefix}-dlq-{suffix}"}

@@ -12,12 +12,12 @@ import pytest
 import requests
 
 from streaming.commands.run import build_sinks
-from streaming.dispatch import Dispatcher, MemorySink
-from streaming.embedded import create_topics
-from streaming.job import ProgressListener, start
-from streaming.metrics import input_records
-from streaming.pipeline import PROCESSING_TIME
 from streaming.sinks.alert_book import BookSettings, alertmanager_payload, latest_alert_states
+from streaming.sinks.base import Dispatcher, MemorySink
+from streaming.sinks.metrics import input_records
+from streaming.spark.job import ProgressListener, start
+from streaming.spark.pipeline import PROCESSING_TIME
+from streaming.tools.embedded import create_topics
 from tests.helpers import wait_until
 from tests.integration.faults.support import LiveTelemetry, firing, job_topics, live_settings, progresses
 

@@ -12,15 +12,24 @@ import time
 
 import pytest
 
-from streaming.dispatch import MemorySink
-from streaming.embedded import create_topics
-from tests.support.kafka import recreate_topic
-from streaming.job import KafkaOutputSink, start
-from streaming.pipeline import PROCESSING_TIME
+from streaming.sinks.base import MemorySink
+from streaming.spark.job import KafkaOutputSink, start
+from streaming.spark.pipeline import PROCESSING_TIME
+from streaming.tools.embedded import create_topics
 from tests.helpers import wait_until
-from tests.integration.faults.support import (OWN_BROKER, LiveTelemetry, firing, job_topics, last_batch_id,
-                                              live_settings, progress_after, progresses, source_end,
-                                              with_fail_on_data_loss)
+from tests.integration.faults.support import (
+    OWN_BROKER,
+    LiveTelemetry,
+    firing,
+    job_topics,
+    last_batch_id,
+    live_settings,
+    progress_after,
+    progresses,
+    source_end,
+    with_fail_on_data_loss,
+)
+from tests.support.kafka import recreate_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -129,7 +138,7 @@ def test_paused_crashed_and_recreated_live_job_recovers_by_itself(own_broker, li
 
     # The telemetry has no gap (the producer queued it during the pause): the batch planned at
     # SIGCONT carries records that trail the clock by the pause, and the processing-time horizon
-    # follows them (streaming/processor.py) instead of running 15 s ahead and paging for every
+    # follows them (streaming/spark/processor.py) instead of running 15 s ahead and paging for every
     # broker queued behind it (session 1's known bug).
     assert not false_alerts, f"the live job paged for its own input outage: {false_alerts}"
 
@@ -147,7 +156,7 @@ def _silence_until_alerted(broker_id: int, telemetry, memory, tail, query, since
 
 
 def _lost(progress: dict) -> bool:
-    from streaming.metrics import INPUT_METRIC
+    from streaming.sinks.metrics import INPUT_METRIC
 
     return bool((progress.get("observedMetrics") or {}).get(INPUT_METRIC, {}).get("lost"))
 

@@ -11,11 +11,11 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from streaming.demo import load_events, play_scenarios
-from streaming.embedded import create_topics
-from streaming.local import detect_all
-from streaming.simulate.truth import settings_dict
-from streaming.simulate.writers import KafkaEventWriter
+from streaming.engine.local import detect_all
+from streaming.tools.demo import load_events, play_scenarios
+from streaming.tools.embedded import create_topics
+from streaming.tools.simulate.truth import settings_dict
+from streaming.tools.simulate.writers import KafkaEventWriter
 from tests.helpers import wait_until
 from tests.integration.faults.support import write_job_config
 

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from streaming.dispatch import OutputBatch
-from streaming.embedded import create_topics
-from streaming.job import KafkaOutputSink
 from streaming.sinks.alert_book import AlertBook
 from streaming.sinks.alert_history import read_alert_history
+from streaming.sinks.base import OutputBatch
+from streaming.spark.job import KafkaOutputSink
+from streaming.tools.embedded import create_topics
 from tests.helpers import wait_until
 from tests.integration.faults.support import TopicTail, live_settings
 

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from streaming.simulate import ClusterShape, steady_state
-from streaming.simulate.writers import KafkaEventWriter
+from streaming.tools.simulate import ClusterShape, steady_state
+from streaming.tools.simulate.writers import KafkaEventWriter
 from tests.helpers import wait_until
 from tests.integration.faults.support import job_on_fresh_topics
 

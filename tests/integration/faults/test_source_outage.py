@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from streaming.embedded import create_topics
-from streaming.simulate.writers import event_key
+from streaming.tools.embedded import create_topics
+from streaming.tools.simulate.writers import event_key
 from tests.helpers import wait_until
 from tests.integration.faults.support import OWN_BROKER, LiveTelemetry, job_on_fresh_topics, live_settings
 from tests.unit.rules.builders import hb
@@ -191,7 +191,7 @@ class Coordinates:
 
 @pytest.mark.spark
 def test_live_query_rides_out_an_outage_then_stops_at_once_during_another(own_broker, spark, tmp_path, fault_report):
-    from streaming.job import kafka_events
+    from streaming.spark.job import kafka_events
 
     settings = live_settings(own_broker.bootstrap_servers, tmp_path, **{
         "kafka.fetchOffset.timeoutMs": REQUEST_TIMEOUT_MS, "kafka.kafkaConsumer.pollTimeoutMs": REQUEST_TIMEOUT_MS,
@@ -271,7 +271,7 @@ JOB_START_S = 180   # JVM + SparkSession + first batch on two busy cores
 @pytest.mark.spark
 def test_run_logs_the_outage_and_stops_on_sigterm_while_the_broker_is_down(own_broker, job_factory, tmp_path,
                                                                             fault_report):
-    """The config keys reach the source through streaming.job; SIGTERM during an outage ends the job."""
+    """The config keys reach the source through streaming.spark.job; SIGTERM during an outage ends the job."""
     bootstrap = own_broker.bootstrap_servers
     config, topics = job_on_fresh_topics(bootstrap, tmp_path, "out", kafka={
         "fetchOffset.timeoutMs": REQUEST_TIMEOUT_MS, "kafkaConsumer.pollTimeoutMs": REQUEST_TIMEOUT_MS})

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from streaming import config
-from streaming.embedded import create_topics
+from streaming.tools.embedded import create_topics
 
 
 def job_settings(bootstrap: str, tmp_path: Path, **overrides) -> config.Settings:
@@ -25,8 +25,8 @@ def job_settings(bootstrap: str, tmp_path: Path, **overrides) -> config.Settings
 
 def run_to_end(spark, settings: config.Settings, sinks: list, timeout_s: float = 300.0):
     """The job over what the events topic holds now, on event time; returns the finished query."""
-    from streaming.job import KafkaOutputSink, start
-    from streaming.pipeline import EVENT_TIME
+    from streaming.spark.job import KafkaOutputSink, start
+    from streaming.spark.pipeline import EVENT_TIME
 
     kafka_sink = KafkaOutputSink(settings)
     query = start(spark, settings, [kafka_sink, *sinks], time_mode=EVENT_TIME, available_now=True,
@@ -42,7 +42,7 @@ def run_to_end(spark, settings: config.Settings, sinks: list, timeout_s: float =
 
 def write_events(bootstrap: str, topic: str, events: list[dict], **client) -> None:
     """Events in the Confluent wire format, acknowledged before returning."""
-    from streaming.simulate.writers import KafkaEventWriter
+    from streaming.tools.simulate.writers import KafkaEventWriter
 
     with KafkaEventWriter(bootstrap, topic, progress=None, client=client or None) as writer:
         writer.write(events)

@@ -2,7 +2,7 @@
 the job holds two (its registry in the checkpoint, kept across a restart) a third's events are
 dead letters with reason ``cluster_cap`` in the dead-letter topic, and the two are watched as
 without it. (Which clusters a first batch admits, when more than the cap arrive at once, is
-first come, first admitted: streaming.cluster_gate.)"""
+first come, first admitted: streaming.spark.cluster_gate.)"""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming.dispatch import MemorySink
-from streaming.job import cluster_registry_path
+from streaming.sinks.base import MemorySink
+from streaming.spark.job import cluster_registry_path
 from tests.integration.hostile.support import dead_letter_headers, job_settings, run_to_end, write_events
 from tests.unit.rules.builders import hb
 

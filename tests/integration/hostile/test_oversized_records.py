@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from streaming.demo import read_topic
-from streaming.dispatch import MemorySink
+from streaming.sinks.base import MemorySink
+from streaming.tools.demo import read_topic
 from tests.integration.hostile.support import job_settings, produce_raw, run_to_end, write_events
 from tests.unit.rules.builders import hb, response
 from udfs.dead_letters import headers_to_dict

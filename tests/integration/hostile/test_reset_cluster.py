@@ -9,8 +9,8 @@ import time
 import pytest
 import yaml
 
-from streaming.cli import main
-from streaming.dispatch import MemorySink
+from streaming.commands import main
+from streaming.sinks.base import MemorySink
 from tests.integration.hostile.support import job_settings, run_to_end, write_events
 from tests.unit.rules.builders import hb
 

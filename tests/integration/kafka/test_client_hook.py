@@ -15,9 +15,9 @@ from confluent_kafka import Producer
 
 from streaming.collect.client_hook import ClientHook
 from streaming.config import RuleSettings
-from streaming.demo import read_topic
-from streaming.embedded import create_topics
-from streaming.local import detect_all
+from streaming.engine.local import detect_all
+from streaming.tools.demo import read_topic
+from streaming.tools.embedded import create_topics
 from tests.helpers import wait_until
 from udfs import avro_codec
 
@@ -258,9 +258,9 @@ def test_a_client_that_finds_no_broker_is_rebootstrap_overdue(kafka_cluster_fact
     """Every broker the client knew is gone and its bootstrap address leads nowhere: no metadata
     for longer than the trigger (5 s in this test) is ClientRebootstrapOverdue, from the rules and
     from the live job (processing time: its timer fires past the last event, on the wall clock)."""
-    from streaming.dispatch import MemorySink
-    from streaming.job import start
-    from streaming.pipeline import PROCESSING_TIME
+    from streaming.sinks.base import MemorySink
+    from streaming.spark.job import start
+    from streaming.spark.pipeline import PROCESSING_TIME
     from streaming.tools.relay import Relay
     from tests.integration.faults.support import firing as job_firing
     from tests.integration.faults.support import job_topics as live_topics

@@ -19,8 +19,8 @@ import pytest
 
 from streaming import config
 from streaming.collect.collector import Collector
-from streaming.embedded import create_topics
-from streaming.local import detect_all
+from streaming.engine.local import detect_all
+from streaming.tools.embedded import create_topics
 from streaming.tools.kafka_cluster import KafkaCluster
 from tests.helpers import wait_until
 
@@ -49,9 +49,7 @@ def collector(cluster):
 def commit(bootstrap: str, group: str, offsets: list[tuple[int, int, int | None]]) -> list:
     """Commit (partition, offset, leader epoch or None) for ``group`` as a consumer outside the
     group's membership does (generation -1, as admin tools and standalone consumers commit)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from confluent_kafka import KafkaException
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     tps = [TopicPartition(TOPIC, p, o) if e is None else TopicPartition(TOPIC, p, o, leader_epoch=e)
@@ -178,7 +176,7 @@ def test_the_regression_reaches_the_alerts_topic_through_epochwatch_run(cluster,
     """The same incident through the Spark job (event time, available-now): the collector's
     events on an events topic, the alert on the alerts topic. A later commit of the group moves
     event time past the regression (the job's horizon trails the newest event by 2 s)."""
-    from streaming.demo import read_topic
+    from streaming.tools.demo import read_topic
     from tests.integration.faults.support import job_on_fresh_topics
     from tests.integration.hostile.support import run_to_exit, write_events
     from udfs import avro_codec
@@ -241,7 +239,7 @@ def test_the_cli_sends_commits_and_rides_out_the_broker_going_away(cluster, tmp_
     commit(cluster.bootstrap_servers, "cli-history", [(0, 9, None)])
     out, log = tmp_path / "events.jsonl", tmp_path / "collect.log"
     with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "streaming.cli", "collect", "--config", str(config_file),
+        proc = subprocess.Popen([sys.executable, "-m", "streaming.commands", "collect", "--config", str(config_file),
                                  "--events-out", str(out)], stderr=stderr, stdout=subprocess.DEVNULL)
     try:
         def commits(group):
@@ -335,7 +333,7 @@ def test_the_reader_jvm_does_not_outlive_a_collector_killed_with_sigkill(cluster
     import os
     from pathlib import Path
 
-    proc = subprocess.Popen([sys.executable, "-m", "streaming.cli", "collect", "--quiet",
+    proc = subprocess.Popen([sys.executable, "-m", "streaming.commands", "collect", "--quiet",
                              "--set", f"collect.bootstrap.servers={cluster.bootstrap_servers}",
                              "--set", f"kafka.bootstrap.servers={cluster.bootstrap_servers}",
                              "--set", "collect.offset.commits=on", "--set", "collect.metrics.port=0"],

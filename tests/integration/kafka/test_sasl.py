@@ -100,7 +100,7 @@ def test_the_collector_watches_and_publishes_through_sasl(cluster, tmp_path):
     DescribeCluster and the exporter) and published; the password is in no line it prints."""
     import yaml
 
-    from streaming.embedded import create_topics
+    from streaming.tools.embedded import create_topics
 
     events_topic = f"sasl-collect-{tmp_path.name[-10:]}"
     create_topics(cluster.bootstrap_servers, {events_topic: 1})
@@ -113,7 +113,8 @@ def test_the_collector_watches_and_publishes_through_sasl(cluster, tmp_path):
                     "exporter.urls": ",".join(cluster.metrics_urls[n] for n in sorted(cluster.metrics_urls))},
     }))
     events_out = tmp_path / "events.jsonl"
-    done = subprocess.run([sys.executable, "-m", "streaming.cli", "collect", "--config", str(config), "--rounds", "4",
+    done = subprocess.run([sys.executable, "-m", "streaming.commands", "collect",
+                           "--config", str(config), "--rounds", "4",
                            "--events-out", str(events_out)], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert PASSWORD not in done.stdout + done.stderr
@@ -138,7 +139,7 @@ def test_the_commit_log_reader_reads_through_sasl(cluster):
     listener, a commit made on the cluster comes out as an offset_commit event."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from streaming.embedded import create_topics
+    from streaming.tools.embedded import create_topics
     from tests.helpers import wait_until
 
     create_topics(cluster.bootstrap_servers, {"sasl-commits": 1})

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from streaming.sinks.metrics import Metrics
 from tests.integration.observability.services import (
-    WebhookReceiver, alertmanager_process, prometheus_config_for_test, prometheus_process,
+    WebhookReceiver,
+    alertmanager_process,
+    prometheus_config_for_test,
+    prometheus_process,
     render_alertmanager_config,
 )
-from streaming.metrics import Metrics
 
 
 @pytest.fixture

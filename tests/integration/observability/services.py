@@ -14,7 +14,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from streaming.embedded import LOOPBACK, free_port
+from streaming.tools.embedded import LOOPBACK, free_port
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[3]

@@ -11,8 +11,8 @@ import requests
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streaming.metrics import Metrics
 from streaming.sinks import AlertmanagerSink, latest_alert_states
+from streaming.sinks.metrics import Metrics
 from tests.helpers import wait_until
 from tests.integration.observability.services import alertmanager_process
 

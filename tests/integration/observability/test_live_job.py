@@ -10,12 +10,12 @@ import pytest
 import requests
 
 from streaming import config
-from streaming.dispatch import MemorySink
-from streaming.embedded import create_topics
-from streaming.job import KafkaOutputSink, start
-from streaming.pipeline import PROCESSING_TIME
 from streaming.sinks.alertmanager import AlertmanagerSink
-from streaming.simulate.writers import KafkaEventWriter
+from streaming.sinks.base import MemorySink
+from streaming.spark.job import KafkaOutputSink, start
+from streaming.spark.pipeline import PROCESSING_TIME
+from streaming.tools.embedded import create_topics
+from streaming.tools.simulate.writers import KafkaEventWriter
 from tests.helpers import wait_until
 from tests.unit.rules.builders import hb
 

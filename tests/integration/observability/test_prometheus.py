@@ -1,4 +1,4 @@
-"""The real Prometheus scrapes streaming.metrics and evaluates deploy/prometheus/rules."""
+"""The real Prometheus scrapes streaming.sinks.metrics and evaluates deploy/prometheus/rules."""
 
 from __future__ import annotations
 

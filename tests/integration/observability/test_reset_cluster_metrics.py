@@ -7,11 +7,11 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from streaming.cli import main as epochwatch
-from streaming.embedded import create_topics
-from streaming.job import KafkaOutputSink, start
-from streaming.metrics import Metrics
-from streaming.pipeline import PROCESSING_TIME
+from streaming.commands import main as epochwatch
+from streaming.sinks.metrics import Metrics
+from streaming.spark.job import KafkaOutputSink, start
+from streaming.spark.pipeline import PROCESSING_TIME
+from streaming.tools.embedded import create_topics
 from tests.helpers import wait_until
 from tests.integration.faults.support import LiveTelemetry, live_settings
 

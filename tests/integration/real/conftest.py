@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.embedded import create_topics, free_port
+from streaming.tools.embedded import create_topics, free_port
 from streaming.tools.kafka_cluster import KafkaCluster
 from tests.helpers import wait_until
 from tests.integration.faults.support import JobProcess, TopicTail
-from tests.integration.observability.services import (WebhookReceiver, alertmanager_process, prometheus_process,
-                                                      render_alertmanager_config)
+from tests.integration.observability.services import (
+    WebhookReceiver,
+    alertmanager_process,
+    prometheus_process,
+    render_alertmanager_config,
+)
 from tests.integration.real.support import CollectorProcess, Monitor, prometheus_config, write_config
 
 # Short graces so that every incident ends within a test; Kafka's own timers stay the defaults.

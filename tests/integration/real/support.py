@@ -32,7 +32,8 @@ class CollectorProcess:
         assert self._proc is None, "already running"
         self.stopped_on_purpose = False
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen([sys.executable, "-m", "streaming.cli", "collect", "--config", str(self.config),
+            self._proc = subprocess.Popen([sys.executable, "-m", "streaming.commands", "collect",
+                                           "--config", str(self.config),
                                            "--events-out", str(self.log_path.with_suffix(".events.jsonl"))],
                                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -7,7 +7,7 @@ import pytest
 from kafka_io_support import QUERY_TIMEOUT_S, consume_all, kafka_stream, produce, sample_events
 
 from streaming import events
-from streaming.embedded import free_port
+from streaming.tools.embedded import free_port
 from udfs import avro_codec
 from udfs.dead_letters import headers_to_dict
 from udfs.kafka_sink import DeliveryError, EventProducer, event_key

@@ -10,7 +10,7 @@ import pytest
 from kafka_io_support import kafka_stream, produce, run_available_now
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from streaming.embedded import create_topics
+from streaming.tools.embedded import create_topics
 from tests.support.kafka import recreate_topic
 from udfs.kafka_options import parse_source_options
 from udfs.kafka_source import KafkaStreamReader
@@ -110,11 +110,11 @@ def test_data_loss_the_job_continues_past_is_counted_in_a_metric(spark, bootstra
     import dataclasses
 
     from streaming import config
-    from streaming.dispatch import MemorySink
-    from streaming.job import start
-    from streaming.metrics import Metrics
-    from streaming.pipeline import EVENT_TIME
-    from streaming.simulate.writers import event_key
+    from streaming.sinks.base import MemorySink
+    from streaming.sinks.metrics import Metrics
+    from streaming.spark.job import start
+    from streaming.spark.pipeline import EVENT_TIME
+    from streaming.tools.simulate.writers import event_key
     from tests.unit.rules.builders import hb
     from udfs import avro_codec
 

@@ -160,7 +160,7 @@ def check_dead_letter_topic(bootstrap, dlq, source_topic, produced, reasons) -> 
 def _events_by_key(rows: list[dict]) -> dict:
     """Every pack's events per state key, as (kafka partition, offset, event fields) in pack
     order, and the records the clock rows count."""
-    from streaming.packs import CLOCK_KIND, unpack
+    from streaming.spark.packs import CLOCK_KIND, unpack
 
     by_key: dict = {}
     records = 0
@@ -182,8 +182,8 @@ def test_packs_from_the_source_are_the_packs_of_its_decoded_rows(spark, bootstra
     rows in a second step; every state key must get exactly the same events, dead letters
     included, and the clock rows must count every record read."""
     from streaming.config import RuleSettings
-    from streaming.pipeline import EVENT_TIME, pack_events
-    from streaming.packs import PACK_SCHEMA
+    from streaming.spark.packs import PACK_SCHEMA
+    from streaming.spark.pipeline import EVENT_TIME, pack_events
 
     topic = topic_factory(partitions=4)
     records, good_events, reasons = flood()

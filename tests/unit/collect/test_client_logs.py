@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from streaming.collect.client_logs import ClientLogReader
 from streaming.config import RuleSettings
-from streaming.local import detect_all
+from streaming.engine.local import detect_all
 
 T0 = 1_767_225_600_000
 CLUSTER = "TdOqulSwP09iYiE51yBM9Q"

@@ -6,11 +6,18 @@ import json
 
 import pytest
 
-from streaming.collect.commits import (Commit, CommitCounts, Outcome, RecordSplitter, classify, offset_commit_event,
-                                       skipped_record)
+from streaming.collect.commits import (
+    Commit,
+    CommitCounts,
+    Outcome,
+    RecordSplitter,
+    classify,
+    offset_commit_event,
+    skipped_record,
+)
 from streaming.config import RuleSettings
+from streaming.engine.local import detect_all
 from streaming.events import normalize
-from streaming.local import detect_all
 
 T0 = 1_767_225_600_000
 

@@ -9,8 +9,8 @@ from streaming.collect.derive import BrokerObservation, DeriveSettings, EventDer
 from streaming.collect.exporter import REGISTRATION_ACTIVE, REGISTRATION_CONTROLLED_SHUTDOWN, REGISTRATION_FENCED
 from streaming.collect.probes import MetadataAnswer
 from streaming.config import RuleSettings
+from streaming.engine.local import detect_all
 from streaming.events import normalize
-from streaming.local import detect_all
 
 S = DeriveSettings()  # session 9000, heartbeat interval 2000, stale after 5000
 BROKERS = (1, 2, 3)

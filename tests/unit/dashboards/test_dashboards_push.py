@@ -6,7 +6,7 @@ import pytest
 
 from dashboards import build_all
 from dashboards.push import Credentials, PushError, credentials_from_env, push_all, redact
-from streaming.cli import main
+from streaming.commands import main
 from streaming.config import ConfigError
 
 FOLDER = "epochwatch-prod"

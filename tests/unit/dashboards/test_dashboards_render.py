@@ -17,7 +17,7 @@ import pytest
 import dashboards
 from dashboards import build_all
 from dashboards.render import dumps, render
-from streaming.cli import main
+from streaming.commands import main
 
 GOLDEN_DIR = Path(dashboards.__file__).parent / "golden"
 UPDATE = os.environ.get("EPOCHWATCH_UPDATE_GOLDEN") == "1"

@@ -1,6 +1,6 @@
 """Hostile but VALID event streams through the pure rules (property-based): absurd ids, epochs
 jumping backwards by 2**62, incarnations near 2**63-1, times far in the past and the future,
-duplicated and reordered events, fed to ``streaming.local.LocalDetector`` in random batches.
+duplicated and reordered events, fed to ``streaming.engine.local.LocalDetector`` in random batches.
 
 Properties: no exception; every alert record is a valid ``alert`` event; per fingerprint the
 records follow the lifecycle (firing, then at most one resolved; one-shots never resolve);
@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from streaming import events
-from streaming.alerts import RULES
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine, invalid_reason
-from streaming.local import LocalDetector
-from streaming.routing import routes
+from streaming.engine.key_engine import KeyEngine, invalid_reason
+from streaming.engine.local import LocalDetector
+from streaming.rules.lifecycle import RULES
 from streaming.rules.nodes import MAX_TRACKED_CLIENTS
-from tests.unit.fuzz.event_strategies import examples, hang_timeout_s, event_streams
+from streaming.spark.routing import routes
+from tests.unit.fuzz.event_strategies import event_streams, examples, hang_timeout_s
 
 pytestmark = pytest.mark.timeout(hang_timeout_s(150))  # a rule that loops forever fails instead of blocking the run
 

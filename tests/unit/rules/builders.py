@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine
+from streaming.engine.key_engine import KeyEngine
 
 CLUSTER = "c1"
 _ids = itertools.count()

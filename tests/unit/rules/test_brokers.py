@@ -131,7 +131,7 @@ def test_a_run_of_late_heartbeats_is_evaluated_once_not_once_per_event():
     brings a timed-out broker back changes state, and evaluating a 300-broker cluster per event
     made the engine ~10x slower (bench/RESULTS.md, head to head). They all evaluate at the same
     time (the horizon already passed), so one evaluation after the run says the same."""
-    from streaming.engine import KeyEngine
+    from streaming.engine.key_engine import KeyEngine
     from tests.unit.rules.builders import CLUSTER
 
     brokers = range(1, 301)
@@ -154,7 +154,7 @@ def test_a_late_heartbeat_that_reverses_a_timeout_says_which_decision_it_reverse
     """Why (issue 27): a report draws transitions in time order; the reversal of a timeout by a
     heartbeat read late is stamped before the timeout it reverses, and drawn by time alone the
     broker stayed red to the end. ``reverses_at_ms`` names the decision undone."""
-    from streaming.engine import KeyEngine
+    from streaming.engine.key_engine import KeyEngine
     from tests.unit.rules.builders import CLUSTER
 
     engine = KeyEngine.new("brokers", CLUSTER, 0, S)
@@ -170,7 +170,7 @@ def test_a_late_heartbeat_that_reverses_a_timeout_says_which_decision_it_reverse
 def test_a_timeout_page_resolved_by_a_late_heartbeat_says_it_was_reversed():
     """Why (issue 27): the on-call engineer paged for a silent broker must learn from the resolve
     that the broker never was silent (the job read its heartbeats late), not go look for a flap."""
-    from streaming.engine import KeyEngine
+    from streaming.engine.key_engine import KeyEngine
     from tests.unit.rules.builders import CLUSTER
 
     engine = KeyEngine.new("brokers", CLUSTER, 0, S)

@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from streaming.config import ConfigError, RuleSettings, load
-from streaming.engine import KeyEngine
-from streaming.key_steps import _output_rows
+from streaming.engine.key_engine import KeyEngine
+from streaming.spark.key_steps import _output_rows
 from tests.unit.rules.builders import CLUSTER, commit, hb, response
 
 CAP = 3

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine
+from streaming.engine.key_engine import KeyEngine
 from tests.unit.rules.builders import CLUSTER, commit, hb, response, summary, update
 
 LEAP = 2**41  # past rules.event.max.epoch.jump (2^40), below rules.event.max.epoch (2^53)

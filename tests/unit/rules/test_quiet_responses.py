@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine
-from streaming.local import detect_all
+from streaming.engine.key_engine import KeyEngine
+from streaming.engine.local import detect_all
 from streaming.rules.clients import ClientShard
-from streaming.simulate import SCENARIOS, run_scenario
+from streaming.tools.simulate import SCENARIOS, run_scenario
 from tests.unit.fuzz.event_strategies import examples
 from tests.unit.rules.builders import CLUSTER, batchings, failed, rebootstrap, response
 

@@ -4,7 +4,7 @@ its open alerts resolve at the reset's time, the events after it start afresh.""
 from __future__ import annotations
 
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine
+from streaming.engine.key_engine import KeyEngine
 from tests.unit.rules.builders import CLUSTER, hb, reset, response, summary
 
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from streaming.commands import simulate
-from streaming.simulate import SCENARIOS, GroundTruth
+from streaming.tools.simulate import SCENARIOS, GroundTruth
 
 
 def cli(*argv: str) -> int:
@@ -78,7 +78,7 @@ def test_same_arguments_give_identical_bytes_across_processes(tmp_path):
     for hash_seed in ("1", "2"):
         out = tmp_path / f"{hash_seed}.jsonl"
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        subprocess.run([sys.executable, "-m", "streaming.cli", "simulate", "--scenario", "connection_storm",
+        subprocess.run([sys.executable, "-m", "streaming.commands", "simulate", "--scenario", "connection_storm",
                         "--seed", "5", "--output", str(out)], check=True, env=env, capture_output=True)
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1] and len(outputs[0]) > 100_000

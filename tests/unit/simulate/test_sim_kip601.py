@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from streaming.simulate.kip601 import setup_timeout_ms, setup_timeout_range
+from streaming.tools.simulate.kip601 import setup_timeout_ms, setup_timeout_range
 
 # (case, failures before the attempt, base, max, expected inclusive range, why)
 RANGE_CASES = [

@@ -9,9 +9,9 @@ from functools import cache
 import pytest
 
 from streaming import events
-from streaming.simulate import SCENARIOS, run_scenario, scenario_settings
-from streaming.simulate.kip601 import setup_timeout_range
-from streaming.simulate.scenarios import warmup_ms
+from streaming.tools.simulate import SCENARIOS, run_scenario, scenario_settings
+from streaming.tools.simulate.kip601 import setup_timeout_range
+from streaming.tools.simulate.scenarios import warmup_ms
 
 S = scenario_settings()
 I, T, P = S.broker_heartbeat_interval_ms, S.controller_heartbeat_timeout_ms, S.heartbeat_timeout_pending_ms

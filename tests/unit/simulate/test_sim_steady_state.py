@@ -11,8 +11,8 @@ import pytest
 
 from streaming import events
 from streaming.config import RuleSettings
-from streaming.simulate import ClusterShape, SimulationError, scenario_settings, steady_state
-from streaming.simulate.writers import event_key
+from streaming.tools.simulate import ClusterShape, SimulationError, scenario_settings, steady_state
+from streaming.tools.simulate.writers import event_key
 
 SETTINGS = scenario_settings()
 SHAPE = ClusterShape(brokers=5, clients=30, groups=6)

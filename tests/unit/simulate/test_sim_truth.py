@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.simulate import GroundTruth, check, run_scenario, scenario_settings
-from streaming.simulate.truth import SEVERITIES, AllowedAlert, ExpectedAlert, settings_dict
+from streaming.tools.simulate import GroundTruth, check, run_scenario, scenario_settings
+from streaming.tools.simulate.truth import SEVERITIES, AllowedAlert, ExpectedAlert, settings_dict
 
 BASE = scenario_settings()
 
@@ -68,7 +68,7 @@ def test_flapping_bound_needs_one_more_return_per_two_transitions():
 
 
 def test_scenarios_refuse_settings_they_cannot_honour():
-    from streaming.simulate import SimulationError
+    from streaming.tools.simulate import SimulationError
 
     with pytest.raises(SimulationError, match="broker.flapping.window.ms"):
         run_scenario("flapping_broker", settings=scenario_settings(flapping_window_ms=30_000))
@@ -86,7 +86,7 @@ def test_truth_survives_json_and_gives_back_the_settings_used():
 
 
 def test_every_contract_alert_has_a_severity_matching_the_engine_catalog():
-    from streaming.alerts import RULES
+    from streaming.rules.lifecycle import RULES
 
     assert {name: rule.severity.name for name, rule in RULES.items()} == dict(SEVERITIES)
 
@@ -188,7 +188,7 @@ UNUSUAL = [
 def test_truth_allows_what_no_engine_can_avoid_under_unusual_thresholds(name, label, overrides):
     # Why: the truth must stay fair when thresholds make an alert unavoidable (e.g. a broker's
     # timeout falls due before the whole cluster has been silent long enough to say so).
-    from streaming.local import detect_all
+    from streaming.engine.local import detect_all
 
     result = run_scenario(name, settings=scenario_settings(**overrides))
     truth = result.truth

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from streaming import events
-from streaming.simulate import run_scenario
-from streaming.simulate.writers import KafkaEventWriter, event_key, producer_config, write_jsonl_file
+from streaming.tools.simulate import run_scenario
+from streaming.tools.simulate.writers import KafkaEventWriter, event_key, producer_config, write_jsonl_file
 
 BASE = {"event_id": "e", "cluster_id": "cluster-a", "event_time": 1}
 

@@ -98,7 +98,7 @@ def test_waiting_for_an_unreachable_broker_defaults_to_forever():
 
 
 def test_the_jobs_config_keys_are_options_the_source_knows():
-    """streaming.job passes KafkaSettings.source_options() to the source under the keys' names."""
+    """streaming.spark.job passes KafkaSettings.source_options() to the source under the keys' names."""
     from streaming import config
 
     settings = config.load(overrides={"kafka.fetchOffset.retryIntervalMs": "100", "kafka.fetchOffset.timeoutMs": 2000,

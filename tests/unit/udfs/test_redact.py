@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from streaming import config
-from streaming.cli import main
-from streaming.dispatch import OutputBatch
-from streaming.embedded import free_port
+from streaming.commands import main
 from streaming.sinks.alertmanager import AlertmanagerSink
+from streaming.sinks.base import OutputBatch
+from streaming.tools.embedded import free_port
 from tests.unit.sinks.test_alert_book import rec
 from udfs.kafka_options import parse_source_options
 from udfs.kafka_sink import parse_sink_options

@@ -82,7 +82,7 @@ def test_case_7_a_jar_without_python_comes_off_one_with_python_stays(tmp_path):
 
 def test_case_9_archives_that_are_not_there_come_off(tmp_path):
     """Why: Spark names $SPARK_HOME/python/lib's zips whether or not they exist, and
-    streaming.spark_home's Spark home has none; an entry for nothing only costs lookups."""
+    streaming.spark.home's Spark home has none; an entry for nothing only costs lookups."""
     missing = [str(tmp_path / "python" / "lib" / "pyspark.zip"), str(tmp_path / "py4j-0.10.9.9-src.zip"),
                str(tmp_path / "missing.jar")]
     assert without_redundant_archives([*missing, INSTALLED]) == [INSTALLED]

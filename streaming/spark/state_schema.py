@@ -6,8 +6,7 @@ from __future__ import annotations
 import typing
 from dataclasses import fields
 
-from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, LongType, StringType, StructField,
-                               StructType)
+from pyspark.sql.types import ArrayType, BinaryType, BooleanType, LongType, StringType, StructField, StructType
 
 _SCALARS = {int: LongType(), str: StringType(), bool: BooleanType()}
 
@@ -44,7 +43,7 @@ ALERT_SCHEMA = StructType([
 # micro-batch. The value stays readable: json_rows() below turns it back into records.
 JSON_ROWS_SCHEMA = StructType([StructField("count", LongType()), StructField("rows", StringType())])
 # Events within the allowed lateness of the newest, waiting: transient (one batch), kept as the
-# Arrow IPC stream they arrived in (streaming.packs.to_ipc_chunks).
+# Arrow IPC stream they arrived in (streaming.spark.packs.to_ipc_chunks).
 BUFFER_SCHEMA = StructType([StructField("count", LongType()), StructField("events", BinaryType())])
 
 # One output row per alert transition, broker transition, summary or dead letter, and one per

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming.engine import KeyEngine
+from streaming.engine.key_engine import KeyEngine
 from streaming.rules import records, served_runs
 
 
@@ -18,7 +18,7 @@ def repeated_serves(engine: KeyEngine, table: pa.Table, rows: np.ndarray) -> np.
     """Which of ``rows`` (the rows of ``table`` the brokers key applies in this step, in the
     engine's order) are serves that cannot change anything (streaming.rules.served_runs), found
     on Arrow columns before any dict is built or any row copied: most of the key's events are
-    such serves. For streaming.packs.ready_and_waiting's ``skip``."""
+    such serves. For streaming.spark.packs.ready_and_waiting's ``skip``."""
     columns = {name: values[rows] for name, values in serve_columns(table).items()}
     # late events are left to the engine's own pass, which counts them first
     return engine.table.repeated_serves(**columns) & (columns["time"] >= engine.horizon)

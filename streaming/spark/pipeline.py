@@ -1,6 +1,6 @@
 """Query wiring: decoded events -> routed packs -> transformWithState -> output rows. A few
-lines on purpose: the logic is in streaming.engine, the state layout in streaming.processor, why
-events travel in packs in streaming.packs."""
+lines on purpose: the logic is in streaming.engine.key_engine, the state layout in streaming.spark.processor, why
+events travel in packs in streaming.spark.packs."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streaming.config import ConfigError, RuleSettings
-from streaming.key_steps import ENTITY_STATE
-from streaming.packs import CLOCK_KIND, INPUT_METRIC, KEY_COLUMNS, LOSS_KIND, PACK_SCHEMA, route_and_pack
-from streaming.plausible import Limits
-from streaming.processor import EpochwatchProcessor, EpochwatchRowProcessor
-from streaming.state_schema import OUTPUT_SCHEMA
+from streaming.spark.key_steps import ENTITY_STATE
+from streaming.spark.packs import CLOCK_KIND, INPUT_METRIC, KEY_COLUMNS, LOSS_KIND, PACK_SCHEMA, route_and_pack
+from streaming.spark.processor import EpochwatchProcessor, EpochwatchRowProcessor
+from streaming.spark.state_schema import OUTPUT_SCHEMA
+from streaming.spark.validity import Limits
 from udfs.event_columns import DEAD_LETTER_COLUMNS, KAFKA_COLUMNS, decoded_column_names
 
 EVENT_TIME = "EventTime"          # replay and demo: deterministic on event time
 PROCESSING_TIME = "ProcessingTime"  # the live job: timers fire on a quiet stream too
-# "false": step every key in the Python worker that runs its task (streaming.engine_host)
+# "false": step every key in the Python worker that runs its task (streaming.spark.engine_host)
 ENGINE_HOSTS_CONF = "spark.epochwatch.engineHosts"
 
 
@@ -28,8 +28,8 @@ def detect(events: DataFrame, rules: RuleSettings, time_mode: str, api: str = "p
 
 
 def pack_events(events: DataFrame, rules: RuleSettings, time_mode: str = EVENT_TIME) -> DataFrame:
-    """Decoded event rows -> packs (streaming.packs). The Kafka source can pack itself
-    (``output=packs``, streaming.job.kafka_packs), which saves a round trip of every event
+    """Decoded event rows -> packs (streaming.spark.packs). The Kafka source can pack itself
+    (``output=packs``, streaming.spark.job.kafka_packs), which saves a round trip of every event
     through a Spark row. In event time (replay) the batches' own times are the clock that
     implausible times are judged by, never the wall clock: a recording may be of any date."""
     columns = [*decoded_column_names(), *KAFKA_COLUMNS, *DEAD_LETTER_COLUMNS]
@@ -43,7 +43,7 @@ def detect_packs(packs: DataFrame, rules: RuleSettings, time_mode: str, api: str
         raise ValueError(f"time_mode must be {EVENT_TIME} or {PROCESSING_TIME}, not {time_mode!r}")
     packs = packs.observe(INPUT_METRIC, F.sum(F.when(F.col("kind") == CLOCK_KIND, F.col("events"))).alias("records"),
                           F.sum(F.when(F.col("kind") == LOSS_KIND, F.col("events"))).alias("lost"),
-                          # the clusters the batch holds state for (streaming.cluster_gate)
+                          # the clusters the batch holds state for (streaming.spark.cluster_gate)
                           F.collect_set(F.when(F.col("kind").isin(*ENTITY_STATE), F.col("cluster_id")))
                           .alias("clusters"))
     if time_mode == EVENT_TIME:

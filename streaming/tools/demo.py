@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from streaming import config
-from streaming.simulate import GroundTruth, check, run_scenario
+from streaming.tools.simulate import GroundTruth, check, run_scenario
 
 EVENT_PARTITIONS = 8
 GARBAGE = [b"not avro at all", b"\x00\x00\x00\x03\x07", b"\x00\x00\x00\x00\x63" + b"\x02" * 12]
@@ -67,7 +67,7 @@ def load_events(writer, events: list[dict], partitions: int) -> None:
     see one record. Ending every partition with a batch of one makes tansu's answer right too.
     librdkafka's default partitioner is crc32(key) % partitions, as computed here.
     """
-    from streaming.simulate.writers import event_key
+    from streaming.tools.simulate.writers import event_key
 
     last: dict[int, int] = {}
     for i, ev in enumerate(events):
@@ -113,12 +113,12 @@ def describe(names: list[str], events: list[dict], truths: dict[str, GroundTruth
 
 def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | None,
              out: IO[str] = sys.stdout, batch_events: int = 400) -> int:
-    from streaming.dispatch import ConsoleSink, Dispatcher, JsonLinesSink, MemorySink
-    from streaming.embedded import EmbeddedBroker, create_topics
-    from streaming.job import KafkaOutputSink, start
-    from streaming.pipeline import EVENT_TIME
-    from streaming.simulate.writers import KafkaEventWriter
-    from streaming.spark_session import build_session
+    from streaming.sinks.base import ConsoleSink, Dispatcher, JsonLinesSink, MemorySink
+    from streaming.spark.job import KafkaOutputSink, start
+    from streaming.spark.pipeline import EVENT_TIME
+    from streaming.spark.session import build_session
+    from streaming.tools.embedded import EmbeddedBroker, create_topics
+    from streaming.tools.simulate.writers import KafkaEventWriter
 
     events, truths = play_scenarios(names, seed)
     rules = next(iter(truths.values())).rule_settings()
@@ -174,7 +174,7 @@ def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | 
             out.write(rep.summary() + "\n")
             ok = ok and rep.ok
         if report:
-            from streaming.report import build_report
+            from streaming.tools.report import build_report
 
             build_report(alerts_file, transitions_file, report, report.with_suffix(".html"))
             out.write(f"report: {report} and {report.with_suffix('.html')}\n")

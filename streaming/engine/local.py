@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine, StepResult
-from streaming.routing import routes
+from streaming.engine.key_engine import KeyEngine, StepResult
+from streaming.spark.routing import routes
 
 
 @dataclass

@@ -26,23 +26,22 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.types import (BinaryType, IntegerType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from streaming.cluster_gate import ClusterGate
-from streaming.plausible import Limits
-from streaming.routing import SERVED_EPOCH_FIELDS, route_batch
+from streaming.spark.cluster_gate import ClusterGate
+from streaming.spark.routing import SERVED_EPOCH_FIELDS, route_batch
+from streaming.spark.validity import Limits
 
 KEY_COLUMNS = ("cluster_id", "kind", "shard")
 CLOCK_KIND = "clock"
 # Records the source skipped as lost (failOnDataLoss=false): one row, ``events`` = how many times,
-# summed into the progress's observedMetrics like the records (streaming.metrics: data loss).
+# summed into the progress's observedMetrics like the records (streaming.sinks.metrics: data loss).
 LOSS_KIND = "data_loss"
 # While a partition of the events topic is behind, one row per state partition carries the clock
-# it is held at to the keys that only a timer steps there (streaming.hold_keys).
+# it is held at to the keys that only a timer steps there (streaming.spark.hold_keys).
 HOLD_KIND = "hold"
-# The records read per micro-batch, summed from the clock rows (streaming.pipeline.detect_packs)
-# into the progress's observedMetrics: Spark's numInputRows counts packs (streaming.metrics.input_records).
+# The records read per micro-batch, summed from the clock rows (streaming.spark.pipeline.detect_packs)
+# into the progress's observedMetrics: Spark's numInputRows counts packs (streaming.sinks.metrics.input_records).
 INPUT_METRIC = "epochwatch_input"
 PACK_SCHEMA = StructType([
     StructField("cluster_id", StringType()),
@@ -75,7 +74,7 @@ def route_and_pack(client_shards: int, limits: Limits, pack_rows: int = PACK_ROW
     handful of events that each cost a pack's fixed price downstream. Up to ``pack_rows`` rows are
     gathered first (the stateful stage waits for the whole stage anyway). ``clock_cap_ms``: the
     clock may not pass it (a partition of the events topic is behind: udfs.read_progress).
-    ``gate``: the task's cluster admissions (streaming.cluster_gate)."""
+    ``gate``: the task's cluster admissions (streaming.spark.cluster_gate)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         gathered: list[pa.RecordBatch] = []
@@ -108,7 +107,7 @@ def pack(table: pa.Table, records: int = 0, clock_cap_ms: int | None = None) -> 
     events = _event_columns(table)
     keyed = table.select(list(KEY_COLUMNS)).append_column("_row", pa.array(np.arange(table.num_rows)))
     groups = keyed.group_by(list(KEY_COLUMNS), use_threads=False).aggregate([("_row", "list")])
-    # null for dead letters (streaming.routing): a batch of only dead letters has no clock
+    # null for dead letters (streaming.spark.routing): a batch of only dead letters has no clock
     clock_ms = pc.max(pc.cast(table.column("event_time"), _MS, safe=False).cast(pa.int64())).as_py()
     if clock_ms is not None and clock_cap_ms is not None:
         clock_ms = min(clock_ms, clock_cap_ms)
@@ -237,7 +236,7 @@ def ready_and_waiting(waiting: pa.Table | None, new: pa.Table | None, horizon: i
 
     ``skip(table, rows)``: which of ``rows`` (the ready rows of ``table``, in that order) to leave
     out of ready. Asked before any row is copied, so the rows left out are never copied at all
-    (most of a busy brokers key's events: streaming.column_passes.repeated_serves)."""
+    (most of a busy brokers key's events: streaming.fastpath.column_passes.repeated_serves)."""
     table = _one_table([t for t in (waiting, new) if t is not None and t.num_rows])
     if table is None:
         return None, None

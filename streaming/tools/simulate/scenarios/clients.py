@@ -4,9 +4,9 @@ problems (KIP-899 / KIP-1102), connection-setup-timeout storms (KIP-601), commit
 from __future__ import annotations
 
 from streaming import events
-from streaming.simulate.kip601 import setup_timeout_ms
-from streaming.simulate.scenarios.base import Script
-from streaming.simulate.scenarios.brokers import _stopping_ms
+from streaming.tools.simulate.kip601 import setup_timeout_ms
+from streaming.tools.simulate.scenarios.base import Script
+from streaming.tools.simulate.scenarios.brokers import _stopping_ms
 
 PROXY_NODE_ID = 9000
 

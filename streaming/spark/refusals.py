@@ -11,7 +11,7 @@ KEPT_BATCHES = 100
 
 
 class Refusals:
-    """A dispatch sink (streaming.dispatch) that counts dead letters by reason, in total and per
+    """A dispatch sink (streaming.sinks.base) that counts dead letters by reason, in total and per
     batch (the last KEPT_BATCHES)."""
 
     def __init__(self):

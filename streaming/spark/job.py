@@ -14,12 +14,12 @@ from urllib.parse import urlparse
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from streaming import hold_keys
-from streaming.cluster_gate import ClusterRegistry
 from streaming.config import Settings
-from streaming.dispatch import Dispatcher, OutputBatch, Sink
-from streaming.metrics import observed_clusters
-from streaming.pipeline import PROCESSING_TIME, detect, detect_packs
+from streaming.sinks.base import Dispatcher, OutputBatch, Sink
+from streaming.sinks.metrics import observed_clusters
+from streaming.spark import hold_keys
+from streaming.spark.cluster_gate import ClusterRegistry
+from streaming.spark.pipeline import PROCESSING_TIME, detect, detect_packs
 
 log = logging.getLogger("epochwatch")
 
@@ -34,16 +34,16 @@ RECORDS_PER_SOURCE_TASK = 50_000
 
 def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None, time_mode: str = PROCESSING_TIME,
                 cluster_registry: Path | None = None):
-    """The events topic as packs (streaming.packs), routed and packed in the source: what the
-    job reads. Progress then counts packs as input rows; streaming.metrics.input_records counts
+    """The events topic as packs (streaming.spark.packs), routed and packed in the source: what the
+    job reads. Progress then counts packs as input rows; streaming.sinks.metrics.input_records counts
     the records. Implausible event times are judged by the wall clock in processing time, by the
-    batches' own times in event time (streaming.plausible)."""
+    batches' own times in event time (streaming.spark.validity)."""
     rules = settings.rules
     reader = _kafka_reader(spark, settings, starting_offsets)
     if time_mode == PROCESSING_TIME:  # event time needs no hold: the watermark waits for the clock
         partitions = hold_keys.state_partition_count(spark, settings.checkpoint_location)
         reader = reader.option("packs.holdShards", ",".join(map(str, hold_keys.hold_shards(spark, partitions))))
-    if cluster_registry is not None:  # streaming.cluster_gate
+    if cluster_registry is not None:  # streaming.spark.cluster_gate
         reader = reader.option("packs.maxClusters", str(rules.max_clusters)).option("packs.clusterRegistry",
                                                                                     str(cluster_registry))
     return (reader.option("output", "packs")
@@ -62,7 +62,7 @@ def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None, 
 
 
 def cluster_registry_path(checkpoint_location: str) -> Path:
-    """Where the admitted clusters are kept (streaming.cluster_gate): in a local checkpoint, so a
+    """Where the admitted clusters are kept (streaming.spark.cluster_gate): in a local checkpoint, so a
     restart keeps them; a remote one gets a local folder of the query's own, and a restart admits
     anew (the old clusters' state expires meanwhile)."""
     parsed = urlparse(checkpoint_location)
@@ -73,7 +73,7 @@ def cluster_registry_path(checkpoint_location: str) -> Path:
 
 
 class ClusterRegistryListener(StreamingQueryListener):
-    """Feeds each batch's clusters (streaming.pipeline's observed metric) to its query's registry:
+    """Feeds each batch's clusters (streaming.spark.pipeline's observed metric) to its query's registry:
     one listener per session (each listener is called for every query's progress)."""
 
     def __init__(self):
@@ -187,9 +187,8 @@ class ProgressListener(StreamingQueryListener):
             self.metrics.observe_progress(p)
             self.metrics.batch_finished(time.time())
         ops = p.get("stateOperators") or [{}]
-        from streaming.metrics import input_records, source_lag
-
-        from streaming.refusals import describe, everything_refused, refused_everything_message
+        from streaming.sinks.metrics import input_records, source_lag
+        from streaming.spark.refusals import describe, everything_refused, refused_everything_message
 
         lag = sum(source_lag(s) or 0 for s in p.get("sources", []))
         late = self.metrics.late_in_batch(p["batchId"]) if self.metrics is not None else "?"
@@ -218,8 +217,8 @@ class ProgressListener(StreamingQueryListener):
 
 
 def _lost(progress: dict) -> int:
-    """Data losses the source skipped in a batch (failOnDataLoss=false; streaming.packs.LOSS_KIND)."""
-    from streaming.packs import INPUT_METRIC
+    """Data losses the source skipped in a batch (failOnDataLoss=false; streaming.spark.packs.LOSS_KIND)."""
+    from streaming.spark.packs import INPUT_METRIC
 
     return int((progress.get("observedMetrics") or {}).get(INPUT_METRIC, {}).get("lost") or 0)
 

@@ -1,6 +1,6 @@
 """Build the SparkSession the job and the tests share: RocksDB state store (transformWithState
 needs it), Python workers on this interpreter, the project's data sources registered, and Spark's
-Python processes importing the installed pyspark (streaming.spark_home)."""
+Python processes importing the installed pyspark (streaming.spark.home)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import sys
 from typing import Mapping
 
-from streaming.spark_home import use_zipless_home
+from streaming.spark.home import use_zipless_home
 
 # local[cores, task attempts]: plain local[N] tries each task once, so one Python worker killed
 # (the OOM killer, a segfault) failed its micro-batch and ended the query; cluster masters retry

@@ -1,12 +1,12 @@
 """Which state key(s) each event goes to: (cluster_id, kind, shard). ``route_batch`` does it for
-a whole Arrow batch (columns, on the executors, inside the pack stage: streaming.packs); its pure
+a whole Arrow batch (columns, on the executors, inside the pack stage: streaming.spark.packs); its pure
 twin ``routes`` does it per event for the single-process engine; tests check that they agree.
 
 - brokers (shard 0): heartbeats, metadata updates, and the epoch a broker served to a client
 - clients (sharded by client_id): metadata responses / failures / rebootstraps
 - nodes (shard 0): REBOOTSTRAP_REQUIRED answers and connection attempts
 - commits (sharded by group_id): offset commits
-- dead_letter: records the source could not decode, and implausible events (streaming.plausible)
+- dead_letter: records the source could not decode, and implausible events (streaming.spark.validity)
 - a cluster_reset (epochwatch reset-cluster) goes to every key of its cluster: each forgets it
 """
 
@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming import events
-from streaming.cluster_gate import ClusterGate
-from streaming.plausible import Limits, refusals, time_text
+from streaming.spark.cluster_gate import ClusterGate
+from streaming.spark.validity import Limits, refusals, time_text
 
 DEAD_LETTER_SHARDS = 4
 # What the brokers key reads of a metadata response it gets as a served epoch
@@ -69,8 +69,8 @@ def route_batch(table: pa.Table, client_shards: int, limits: Limits, now_ms: int
                 gate: ClusterGate | None = None) -> pa.Table:
     """One row per state key each row of ``table`` feeds, in the input's order within each kind;
     adds kind, shard and event_ms. Dead letters (undecodable records, events before 1970, and
-    what streaming.plausible refuses against ``limits``, ``now_ms`` being the wall clock, and the
-    events of clusters past the job's cap, streaming.cluster_gate) get a
+    what streaming.spark.validity refuses against ``limits``, ``now_ms`` being the wall clock, and the
+    events of clusters past the job's cap, streaming.spark.cluster_gate) get a
     reason and no event_time: a year-3000 timestamp must not move the watermark (it stays in
     event_ms and dlq_detail)."""
     t = table.column("event_type")

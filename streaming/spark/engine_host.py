@@ -6,7 +6,7 @@ of the live micro-batches a state partition's task ran in the other worker and e
 rebuilt its engine from the state store: 300-640 ms per task, the slow tail of live detection
 latency (bench/RESULTS.md, live, sessions 9-12). The processor now sends each key's step (its
 packs and meta, and its stored state when the host asks for it) to its partition's host over a
-Unix socket and writes back what the step returns (streaming.key_steps).
+Unix socket and writes back what the step returns (streaming.spark.key_steps).
 
 The state store stays the only truth: a host's engines are a cache checked against the
 generation stored with each key, so a host that died, a retried micro-batch or a partition that
@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 
-from streaming.key_steps import KeySteps, StepOutput, StepRequest, StoredState
+from streaming.spark.key_steps import KeySteps, StepOutput, StepRequest, StoredState
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ def start_host(address: str, owner: int) -> Connection:
         path = os.pathsep.join(p for p in sys.path if p)
         with open(address + ".log", "ab") as errors:
             process = subprocess.Popen(
-                [sys.executable, "-m", "streaming.engine_host", address, str(owner)],
+                [sys.executable, "-m", "streaming.spark.engine_host", address, str(owner)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
                 env={**os.environ, "PYTHONPATH": path}, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S

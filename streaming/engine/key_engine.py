@@ -14,16 +14,16 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from streaming.alerts import AlertTracker
-from streaming.events import CLUSTER_RESET
-from streaming.plausible import time_text
 from streaming.config import RuleSettings
-from streaming.routing import OWNER_KIND
+from streaming.events import CLUSTER_RESET
 from streaming.rules.brokers import BrokerFleet
 from streaming.rules.clients import ClientShard
 from streaming.rules.commits import CommitShard
+from streaming.rules.lifecycle import AlertTracker
 from streaming.rules.nodes import NodeTable
 from streaming.rules.records import NO_TIME, first_after
+from streaming.spark.routing import OWNER_KIND
+from streaming.spark.validity import time_text
 
 KINDS = ("brokers", "clients", "nodes", "commits")
 TABLES = {"brokers": BrokerFleet, "clients": ClientShard, "nodes": NodeTable, "commits": CommitShard}
@@ -77,7 +77,7 @@ class StepResult:
     status: list[dict] = field(default_factory=list)
     summaries: list[dict] = field(default_factory=list)
     invalid: list[tuple[dict, str]] = field(default_factory=list)
-    # plausible alone, but leaping past what the key holds (streaming.plausible): refused
+    # plausible alone, but leaping past what the key holds (streaming.spark.validity): refused
     refused: list[tuple[dict, str]] = field(default_factory=list)
     # a new entity of a cluster whose state is full (rules.state.max.*.per.cluster): refused
     capped: list[tuple[dict, str]] = field(default_factory=list)
@@ -107,7 +107,7 @@ class KeyEngine:
     def step(self, new_events: list[dict], horizon: int, applied: int | None = None) -> StepResult:
         """``applied``: None, and the engine runs the passes that skip repeated serves and apply
         quiet responses on the events' dicts; a count, and the caller ran them on the events'
-        columns before building the dicts (streaming.column_passes) and applied that many events
+        columns before building the dicts (streaming.fastpath.column_passes) and applied that many events
         (the brokers key's pass applies none: 0)."""
         out = StepResult()
         horizon = max(horizon, self.horizon)
@@ -196,7 +196,7 @@ class KeyEngine:
         as the rules no longer find their conditions; later events start afresh."""
         self.table = TABLES[self.kind](self.cluster_id, self.settings)
         self._evaluate(now, out)
-        # the metrics sink drops the cluster's series (streaming.metrics.Metrics.forget_cluster)
+        # the metrics sink drops the cluster's series (streaming.sinks.metrics.Metrics.forget_cluster)
         out.summaries.append({"cluster_id": self.cluster_id, "kind": RESET_SUMMARY, "key_kind": self.kind,
                               "shard": self.shard, "at_ms": now})
 
@@ -219,7 +219,7 @@ class KeyEngine:
         open_entities = {dict(a.labels).get(label) for a in self.tracker.open.values()} if label else set()
         gone = table.expire(now, lambda entity: str(entity) in open_entities or not label and bool(self.tracker.open))
         if gone and isinstance(table, BrokerFleet):
-            # the metrics sink drops their series (streaming.metrics.Metrics.forget_brokers): a
+            # the metrics sink drops their series (streaming.sinks.metrics.Metrics.forget_brokers): a
             # broker decommissioned, or a forged id, must not stay on /metrics for good
             out.summaries.append({"cluster_id": self.cluster_id, "kind": EXPIRED_SUMMARY, "broker_ids": sorted(gone),
                                   "fleet_empty": not table.brokers, "at_ms": now})

@@ -13,6 +13,7 @@ from streaming import events as contract
 from udfs import avro_codec
 from udfs.kafka_sink import event_key  # one key rule for every producer (docs/CONTRACTS.md)
 
+
 def write_jsonl_file(events: Iterable[dict], path: str | Path) -> int:
     with open(path, "w", encoding="utf-8") as out:
         return contract.write_jsonl(events, out)

@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 
 from streaming import events
 from streaming.config import Settings
-from streaming.dispatch import Dispatcher, Sink
-from streaming.pipeline import EVENT_TIME, detect
-from streaming.refusals import Refusals
+from streaming.sinks.base import Dispatcher, Sink
+from streaming.spark.pipeline import EVENT_TIME, detect
+from streaming.spark.refusals import Refusals
 from udfs.event_columns import arrow_schema, spark_schema
 
 _TIMESTAMP_COLUMNS = ("event_time", "kafka_timestamp")

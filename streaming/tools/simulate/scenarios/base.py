@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from streaming.config import RuleSettings
-from streaming.simulate.cluster import ClusterSim
-from streaming.simulate.model import BrokerProcess, SimulationError
-from streaming.simulate.truth import SEVERITIES, AllowedAlert, ExpectedAlert
+from streaming.tools.simulate.cluster import ClusterSim
+from streaming.tools.simulate.model import BrokerProcess, SimulationError
+from streaming.tools.simulate.truth import SEVERITIES, AllowedAlert, ExpectedAlert
 
 
 def scenario_settings(**overrides) -> RuleSettings:

@@ -9,7 +9,7 @@ intervals: event-time timers fire on the next event, heartbeats jitter).
 
 from __future__ import annotations
 
-from streaming.simulate.scenarios.base import Script
+from streaming.tools.simulate.scenarios.base import Script
 
 STOPPING_HEARTBEATS = 3  # a controlled shutdown heartbeats STOPPING about this many times
 

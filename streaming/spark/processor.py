@@ -1,11 +1,11 @@
-"""EpochwatchProcessor: the transformWithState adapter over streaming.engine.
+"""EpochwatchProcessor: the transformWithState adapter over streaming.engine.key_engine.
 
-It declares every state variable once in ``init``, reads a key's state, has streaming.key_steps
-step it (in the state partition's engine host, streaming.engine_host, or in this Python worker),
+It declares every state variable once in ``init``, reads a key's state, has streaming.spark.key_steps
+step it (in the state partition's engine host, streaming.spark.engine_host, or in this Python worker),
 writes back what changed and registers one timer for the next deadline. No rule logic lives
-here. Grouping key: (cluster_id, kind, shard) -- see streaming.routing.
+here. Grouping key: (cluster_id, kind, shard) -- see streaming.spark.routing.
 
-Input rows are packs of events (streaming.packs), not one row per event, plus clock rows that
+Input rows are packs of events (streaming.spark.packs), not one row per event, plus clock rows that
 only move the watermark.
 
 Time: in EventTime mode (replay, demo) the horizon is the newest event time of the Arrow batches
@@ -19,7 +19,7 @@ source's broker was unreachable, the job was down) is applied at its own pace in
 overtaken by the clock. In both modes the packs' clock stops at the first unread event of a
 partition of the events topic that is behind (udfs.read_progress), so no horizon passes events
 that wait unread there; in processing time a key only its timer steps learns that clock from the
-batch's hold rows (streaming.hold_keys).
+batch's hold rows (streaming.spark.hold_keys).
 """
 
 from __future__ import annotations
@@ -29,20 +29,38 @@ from typing import Iterator
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
-from streaming import engine_host
 from streaming.config import RuleSettings
-from streaming.key_steps import (DEAD_LETTER_KIND, ENTITY_STATE, JSON_TABLES, StepOutput, StepRequest, StoredState,
-                                 coordinates, event_fields, from_json_rows, json_text, to_json_rows)
-from streaming.packs import CLOCK_KIND, HOLD_KIND, LOSS_KIND, read_packs, to_dicts
 from streaming.rules import records
-from streaming.state_schema import ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA, schema_of
+from streaming.spark import engine_host
+from streaming.spark.key_steps import (
+    DEAD_LETTER_KIND,
+    ENTITY_STATE,
+    JSON_TABLES,
+    StepOutput,
+    StepRequest,
+    StoredState,
+    coordinates,
+    event_fields,
+    from_json_rows,
+    json_text,
+    to_json_rows,
+)
+from streaming.spark.packs import CLOCK_KIND, HOLD_KIND, LOSS_KIND, read_packs, to_dicts
+from streaming.spark.state_schema import (
+    ALERT_SCHEMA,
+    BUFFER_SCHEMA,
+    JSON_ROWS_SCHEMA,
+    META_SCHEMA,
+    OUTPUT_SCHEMA,
+    schema_of,
+)
 
 OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
 __all__ = ["EpochwatchProcessor", "EpochwatchRowProcessor", "from_json_rows", "to_json_rows"]
 
 
 class EpochwatchProcessor(StatefulProcessor):
-    """``hosted``: step the keys in the state partition's engine host (streaming.engine_host)
+    """``hosted``: step the keys in the state partition's engine host (streaming.spark.engine_host)
     when running in a Spark task; False, or outside a task, in this Python worker."""
 
     def __init__(self, settings: RuleSettings, time_mode: str, hosted: bool = True):
@@ -50,7 +68,7 @@ class EpochwatchProcessor(StatefulProcessor):
         self.event_time_mode = time_mode.lower() == "eventtime"
         self.hosted = hosted
         self.query = engine_host.new_token()
-        self.hold = None  # (batch time, clock held at a partition that is behind): streaming.hold_keys
+        self.hold = None  # (batch time, clock held at a partition that is behind): streaming.spark.hold_keys
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -86,7 +104,7 @@ class EpochwatchProcessor(StatefulProcessor):
     def _handle(self, key, packs: list[bytes], timerValues, clock_ms: int | None = None) -> list[dict]:
         cluster_id, kind, shard = _grouping_key(key)
         if kind in (CLOCK_KIND, LOSS_KIND):
-            return []  # only there to move the watermark, or to be counted (streaming.packs)
+            return []  # only there to move the watermark, or to be counted (streaming.spark.packs)
         if kind == HOLD_KIND:
             if clock_ms is not None:
                 self.hold = (timerValues.getCurrentProcessingTimeInMs(), int(clock_ms))

@@ -1,7 +1,7 @@
 """Scripted incidents with ground truth, and the steady state.
 
 ``run_scenario("partitioned_broker")`` -> :class:`ScenarioResult` (events in event-time order +
-:class:`~streaming.simulate.truth.GroundTruth`). Every scenario is: a steady-state warm-up, the
+:class:`~streaming.tools.simulate.truth.GroundTruth`). Every scenario is: a steady-state warm-up, the
 incident, recovery, and a tail long enough for the last expected alert (and its resolution).
 """
 
@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from streaming.config import RuleSettings
-from streaming.simulate.cluster import ClusterSim
-from streaming.simulate.model import DEFAULT_START_MS, ClusterShape, SimulationError
-from streaming.simulate.scenarios import brokers, clients
-from streaming.simulate.scenarios.base import Scenario, Script, scenario_settings, warmup_ms
-from streaming.simulate.truth import GroundTruth, settings_dict
+from streaming.tools.simulate.cluster import ClusterSim
+from streaming.tools.simulate.model import DEFAULT_START_MS, ClusterShape, SimulationError
+from streaming.tools.simulate.scenarios import brokers, clients
+from streaming.tools.simulate.scenarios.base import Scenario, Script, scenario_settings, warmup_ms
+from streaming.tools.simulate.truth import GroundTruth, settings_dict
 
 _ALL = [
     Scenario("baseline", "steady state only: nothing may fire", brokers.baseline),

@@ -10,7 +10,7 @@ Steady state: brokers heartbeat to the active controller every ``broker.heartbea
 the controller publishes a metadata update every ``metadata_update_interval_ms`` that every live
 broker applies after a small per-broker delay; clients refresh metadata every
 ``metadata.max.age.ms`` from a random broker they know; consumer groups commit offsets with
-their client's metadata epoch. Scenarios (streaming.simulate.scenarios) change the model at
+their client's metadata epoch. Scenarios (streaming.tools.simulate.scenarios) change the model at
 chosen times through the methods in the "scenario controls" section.
 """
 
@@ -22,8 +22,8 @@ import uuid
 from typing import Callable, Iterator
 
 from streaming.config import RuleSettings
-from streaming.simulate.kip601 import setup_timeout_ms
-from streaming.simulate.model import BrokerProcess, Client, ClusterShape, Group, SimulationError, topic_name
+from streaming.tools.simulate.kip601 import setup_timeout_ms
+from streaming.tools.simulate.model import BrokerProcess, Client, ClusterShape, Group, SimulationError, topic_name
 
 APPLY_JITTER_MS = 20
 OFFSET_STEP_MAX = 500

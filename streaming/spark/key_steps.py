@@ -1,9 +1,9 @@
 """One state key's step between the state store's values and the engine, without Spark.
 
-The processor (streaming.processor) reads a key's state through Spark's state API and writes
+The processor (streaming.spark.processor) reads a key's state through Spark's state API and writes
 back what a step returns; everything in between is here: the engines this process keeps, which
 events are ready, the engine's step, and the values to store. So the same step runs in the Spark
-worker itself or in the partition's engine host (streaming.engine_host), which keeps the engines
+worker itself or in the partition's engine host (streaming.spark.engine_host), which keeps the engines
 when Spark hands the next micro-batch's task to another Python worker.
 """
 
@@ -21,13 +21,14 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming import column_passes, plausible
-from streaming.alerts import AlertTracker
 from streaming.config import RuleSettings
-from streaming.engine import KeyEngine
+from streaming.engine.key_engine import KeyEngine
 from streaming.events import CLUSTER_RESET
-from streaming.packs import from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
+from streaming.fastpath import column_passes
 from streaming.rules import records
+from streaming.rules.lifecycle import AlertTracker
+from streaming.spark import validity as plausible
+from streaming.spark.packs import from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
 
 # State variable per key kind: nodes keep one typed ListState row per node (few, rarely changed);
 # brokers, clients and commits one JSON table per key, rewritten in one piece every step: a
@@ -51,8 +52,8 @@ NO_META = (records.NO_TIME, 0, records.NO_TIME, 0)  # horizon, clock offset, tim
 @dataclass(frozen=True)
 class StepRequest:
     """What a key's step needs besides its stored state. ``meta``: the state's meta row (None for
-    a new key); times in ms; ``clock_ms``: the packs' newest event time (streaming.packs), or for
-    a key stepped by its timer alone in processing time the hold (streaming.hold_keys)."""
+    a new key); times in ms; ``clock_ms``: the packs' newest event time (streaming.spark.packs), or for
+    a key stepped by its timer alone in processing time the hold (streaming.spark.hold_keys)."""
 
     settings: RuleSettings
     cluster_id: str
@@ -209,7 +210,7 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         horizon = now - offset
         if request.clock_ms is not None:
             # the packs' clock, or for a key only its timer steps the clock held at a partition
-            # that is behind (streaming.hold_keys): its heartbeats may wait unread there
+            # that is behind (streaming.spark.hold_keys): its heartbeats may wait unread there
             horizon = min(horizon, request.clock_ms)
     # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
     # the passes read the state before the step: a reset (epochwatch reset-cluster) changes it

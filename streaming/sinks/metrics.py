@@ -15,10 +15,10 @@ from typing import Iterable, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from streaming.engine import EXPIRED_SUMMARY, RESET_SUMMARY
+from streaming.engine.key_engine import EXPIRED_SUMMARY, RESET_SUMMARY
 from streaming.events import BROKER_STATES
-from streaming.packs import INPUT_METRIC
-from streaming.refusals import Refusals
+from streaming.spark.packs import INPUT_METRIC
+from streaming.spark.refusals import Refusals
 
 DEFAULT_PORT = 9464
 BATCH_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
@@ -267,7 +267,7 @@ class Metrics:
                 self.dead_letters.labels(str(reason)).inc(count)
 
     def write(self, batch) -> None:
-        """Dispatcher sink (``streaming.dispatch``): everything an OutputBatch carries for metrics."""
+        """Dispatcher sink (``streaming.sinks.base``): everything an OutputBatch carries for metrics."""
         self.observe_alerts(batch.alerts)   # first: a reset's resolutions bring its gauges to 0
         for cluster_id in {s["cluster_id"] for s in batch.summaries if s.get("kind") == RESET_SUMMARY}:
             self.forget_cluster(cluster_id)   # before the rows of what the cluster sent after it
@@ -310,7 +310,7 @@ class Metrics:
 
 
 def observed_clusters(progress: Mapping) -> list[str]:
-    """The clusters a micro-batch packed events of (streaming.cluster_gate)."""
+    """The clusters a micro-batch packed events of (streaming.spark.cluster_gate)."""
     observed = (progress.get("observedMetrics") or {}).get(INPUT_METRIC) or {}
     return [c for c in observed.get("clusters") or [] if c]
 
@@ -318,7 +318,7 @@ def observed_clusters(progress: Mapping) -> list[str]:
 def input_records(progress: Mapping) -> tuple[int, float, float]:
     """(records read, records/s in, records/s processed) of one micro-batch's progress.
 
-    The job's input rows are packs (streaming.packs), many records each: the records come from
+    The job's input rows are packs (streaming.spark.packs), many records each: the records come from
     the pipeline's observed metric, and Spark's row rates are scaled by records per row. A query
     without that metric is counted by its rows."""
     rows = int(_number(progress.get("numInputRows")))

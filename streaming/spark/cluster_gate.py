@@ -3,7 +3,7 @@
 
 A cluster's state lives in keys of their own, stepped in parallel, so no key can count the
 clusters. The count is kept where every batch passes: the driver sees the clusters each batch
-packed (``clusters`` in the packs' observed metric, streaming.pipeline.detect_packs) and keeps the
+packed (``clusters`` in the packs' observed metric, streaming.spark.pipeline.detect_packs) and keeps the
 admitted set in a small file (:class:`ClusterRegistry`); the source's planner, a process of its
 own on the driver's host, reads the file and hands the set to the batch's tasks, where routing
 refuses the events of a cluster past the cap (:class:`ClusterGate`, dead-letter reason

@@ -4,8 +4,8 @@ In processing time a key stepped by its timer alone (no packs in the batch) woul
 with the wall clock while its heartbeats wait unread in a partition that is behind (issue 27).
 The packs of the batch carry the clock held at that partition (udfs.read_progress), but a timer-
 only key gets no pack. So while the source holds the clock it also sends one *hold* row to each
-state partition (streaming.packs.hold_rows); the processor handles a task's input rows before its
-timers, so every timer of that task knows the hold (streaming.processor).
+state partition (streaming.spark.packs.hold_rows); the processor handles a task's input rows before its
+timers, so every timer of that task knows the hold (streaming.spark.processor).
 
 Spark puts a state key in partition ``pmod(murmur3(cluster_id, kind, shard), N)``
 (HashPartitioning, the stateful operator's required distribution), where N is the shuffle-
@@ -20,7 +20,7 @@ import json
 from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
-from streaming.packs import HOLD_KIND
+from streaming.spark.packs import HOLD_KIND
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 

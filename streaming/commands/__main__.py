@@ -1,0 +1,5 @@
+import sys
+
+from streaming.commands import main
+
+sys.exit(main())
