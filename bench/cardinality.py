@@ -52,7 +52,7 @@ def run_one(args) -> dict:
     from prometheus_client import generate_latest
 
     from streaming import config
-    from streaming.sinks.base import MemorySink
+    from streaming.sinks.memory import MemorySink
     from streaming.sinks.metrics import Metrics
     from streaming.spark.replay import run_staged, stage_events
     from streaming.spark.session import build_session

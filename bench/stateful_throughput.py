@@ -23,7 +23,7 @@ from pathlib import Path
 
 from streaming.config import RuleSettings, Settings
 from streaming.engine.local import LocalDetector
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from streaming.spark.pipeline import ENGINE_HOSTS_CONF
 from streaming.spark.replay import run_staged, stage_events
 from streaming.spark.session import build_session

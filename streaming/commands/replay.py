@@ -29,7 +29,7 @@ def run(args) -> int:
         raise config.ConfigError("--chunk-events", f"{args.chunk_events} is not positive", "pass e.g. 20000")
     if args.input != "-" and not Path(args.input).is_file():
         raise config.ConfigError("--input", f"file {args.input} does not exist", "pass a JSON Lines file of events")
-    from streaming.sinks.base import JsonLinesSink
+    from streaming.sinks.jsonl import JsonLinesSink
     from streaming.spark.replay import print_progress, replay
     from streaming.spark.session import build_session
 

@@ -35,9 +35,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 
 def build_sinks(settings: config.Settings, console: bool):
-    from streaming.sinks.base import ConsoleSink
+    from streaming.sinks.console import ConsoleSink
+    from streaming.sinks.kafka import KafkaOutputSink
     from streaming.sinks.metrics import Metrics
-    from streaming.spark.job import KafkaOutputSink
 
     metrics = Metrics()
     if settings.sinks.metrics_port:

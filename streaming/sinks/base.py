@@ -1,14 +1,13 @@
 """foreachBatch: parse the processor's output rows once and hand them to pluggable sinks
-(quixstreams style: each sink has ``write(batch)`` and ``close()``)."""
+(quixstreams style: each sink has ``write(batch)`` and ``close()``; one file per sink in this
+package: kafka, alertmanager, metrics, console, jsonl, memory)."""
 
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import IO, Protocol
+from typing import Protocol
 
 
 @dataclass
@@ -81,76 +80,3 @@ class Dispatcher:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
-
-
-class MemorySink:
-    """Keeps everything; for tests and the demo's final summary."""
-
-    def __init__(self):
-        self.batches: list[OutputBatch] = []
-
-    def write(self, batch: OutputBatch) -> None:
-        self.batches.append(batch)
-
-    def close(self) -> None:
-        pass
-
-    def all(self, attr: str) -> list:
-        return [item for b in self.batches for item in getattr(b, attr)]
-
-
-class JsonLinesSink:
-    """Replay output: alerts (and optionally transitions / dead letters) as JSON Lines."""
-
-    def __init__(self, alerts: IO[str], transitions: IO[str] | None = None, dead_letters: IO[str] | None = None):
-        self.alerts, self.transitions, self.dead_letters = alerts, transitions, dead_letters
-
-    def write(self, batch: OutputBatch) -> None:
-        for a in batch.alerts:
-            self.alerts.write(json.dumps(a, sort_keys=True) + "\n")
-        if self.transitions is not None:
-            for t in batch.transitions:
-                self.transitions.write(json.dumps(t, sort_keys=True) + "\n")
-        if self.dead_letters is not None:
-            for d in batch.dead_letters:
-                safe = {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v) for k, v in d.items()}
-                self.dead_letters.write(json.dumps(safe, sort_keys=True) + "\n")
-        for stream in (self.alerts, self.transitions, self.dead_letters):
-            if stream is not None:
-                stream.flush()
-
-    def close(self) -> None:
-        pass
-
-
-def _ts(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
-
-
-class ConsoleSink:
-    """One line per alert transition, for people watching (the demo, `run --console`)."""
-
-    COLORS = {"critical": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
-
-    def __init__(self, stream: IO[str] = sys.stdout, color: bool | None = None):
-        self.stream = stream
-        self.color = stream.isatty() if color is None else color
-
-    def write(self, batch: OutputBatch) -> None:
-        for a in batch.alerts:
-            labels = " ".join(f"{k}={v}" for k, v in sorted(a["labels"].items())
-                              if k not in ("alertname", "severity"))
-            sev = a["severity"]
-            tag = f"{self.COLORS[sev]}{sev:<8}\033[0m" if self.color else f"{sev:<8}"
-            when = _ts(a["event_time"])
-            self.stream.write(f"{when} {a['status'].upper():<8} {tag} {a['alertname']:<28} {labels}\n"
-                              f"{'':13}{a['annotations']['description']}\n")
-        for d in batch.dead_letters:
-            self.stream.write(f"dead letter: {d['reason']} {d['detail']} "
-                              f"({d.get('kafka_topic')}/{d.get('kafka_partition')}@{d.get('kafka_offset')})\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        pass

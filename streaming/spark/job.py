@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 from pyspark.sql.streaming import StreamingQueryListener
 
 from streaming.config import Settings
-from streaming.sinks.base import Dispatcher, OutputBatch, Sink
+from streaming.sinks.base import Dispatcher, Sink
 from streaming.sinks.metrics import observed_clusters
 from streaming.spark import hold_keys
 from streaming.spark.cluster_gate import ClusterRegistry
@@ -121,46 +121,6 @@ def _kafka_reader(spark, settings: Settings, starting_offsets: str | None):
     for name, value in k.client.items():
         reader = reader.option(f"kafka.{name}", value)
     return reader
-
-
-class KafkaOutputSink:
-    """Alert records to the alerts topic (key = fingerprint), dead letters to the DLQ topic with
-    the reason and source coordinates in headers; flushes before the batch counts as done."""
-
-    def __init__(self, settings: Settings):
-        from udfs.dead_letters import DeadLetterPublisher
-        from udfs.kafka_sink import EventProducer
-
-        k = settings.kafka
-        client = {**dict(k.client), "bootstrap.servers": k.bootstrap_servers}
-        self.alerts_topic = k.alerts_topic
-        # a broker away while a batch flushes is waited out as the source does (kafka.fetchOffset.*,
-        # kafka.brokerUnavailable.maxWaitMs), not a failed batch that ends the query
-        self.producer = EventProducer(k.bootstrap_servers, k.client,
-                                      encoding="avro" if k.encoding == "confluent" else "avro-schemaless",
-                                      retry=k.retry_policy(), what=f"producing alert records to {k.alerts_topic}")
-        self.dead_letters = DeadLetterPublisher(client, k.dlq_topic, retry=k.retry_policy())
-
-    def write(self, batch: OutputBatch) -> None:
-        from udfs.dead_letters import DeadLetter
-
-        if batch.alerts:
-            self.producer.send(batch.alerts, self.alerts_topic)
-            self.producer.flush()
-        # "published": the source produced it from its read task already (kafka_packs)
-        letters = [d for d in batch.dead_letters if not d.get("published")]
-        if letters:
-            self.dead_letters.publish(DeadLetter(
-                topic=d.get("kafka_topic") or "", partition=-1 if d.get("kafka_partition") is None else int(d["kafka_partition"]),
-                offset=-1 if d.get("kafka_offset") is None else int(d["kafka_offset"]),
-                timestamp_ms=d.get("kafka_timestamp"), key=d.get("raw_key"), value=d.get("raw_value"),
-                reason=d["reason"], detail=d.get("detail") or "") for d in letters)
-
-    def close(self) -> None:
-        self.producer.flush()
-        # drop the librdkafka handles now, not at garbage collection, so that they stop
-        # reconnecting (and logging) once the job is done
-        self.producer = self.dead_letters = None
 
 
 class ProgressListener(StreamingQueryListener):

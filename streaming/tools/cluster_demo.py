@@ -49,8 +49,12 @@ def _alert(memory, name: str, status: str, since_ms: int, broker_id: int):
 def run_cluster_demo(report: Path | None, out: IO[str] = sys.stdout) -> int:
     from streaming.collect.collector import Collector
     from streaming.collect.publish import EventPublisher
-    from streaming.sinks.base import ConsoleSink, Dispatcher, JsonLinesSink, MemorySink
-    from streaming.spark.job import KafkaOutputSink, start
+    from streaming.sinks.base import Dispatcher
+    from streaming.sinks.console import ConsoleSink
+    from streaming.sinks.jsonl import JsonLinesSink
+    from streaming.sinks.kafka import KafkaOutputSink
+    from streaming.sinks.memory import MemorySink
+    from streaming.spark.job import start
     from streaming.spark.session import build_session
     from streaming.tools.demo import _stderr_to, read_topic
     from streaming.tools.embedded import create_topics

@@ -113,8 +113,12 @@ def describe(names: list[str], events: list[dict], truths: dict[str, GroundTruth
 
 def run_demo(names: list[str], seed: int, bootstrap: str | None, report: Path | None,
              out: IO[str] = sys.stdout, batch_events: int = 400) -> int:
-    from streaming.sinks.base import ConsoleSink, Dispatcher, JsonLinesSink, MemorySink
-    from streaming.spark.job import KafkaOutputSink, start
+    from streaming.sinks.base import Dispatcher
+    from streaming.sinks.console import ConsoleSink
+    from streaming.sinks.jsonl import JsonLinesSink
+    from streaming.sinks.kafka import KafkaOutputSink
+    from streaming.sinks.memory import MemorySink
+    from streaming.spark.job import start
     from streaming.spark.pipeline import EVENT_TIME
     from streaming.spark.session import build_session
     from streaming.tools.embedded import EmbeddedBroker, create_topics

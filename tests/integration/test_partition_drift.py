@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from streaming import config
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from streaming.spark.job import start
 from streaming.spark.pipeline import EVENT_TIME
 from streaming.tools.demo import check_per_cluster, load_events, play_scenarios

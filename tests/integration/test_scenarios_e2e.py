@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 
 from streaming import config
-from streaming.sinks.base import MemorySink
+from streaming.sinks.kafka import KafkaOutputSink
+from streaming.sinks.memory import MemorySink
 from streaming.sinks.metrics import input_records
-from streaming.spark.job import KafkaOutputSink, start
+from streaming.spark.job import start
 from streaming.spark.pipeline import EVENT_TIME
 from streaming.tools.demo import EVENT_PARTITIONS, check_per_cluster, load_events, play_scenarios, read_topic
 from streaming.tools.embedded import create_topics

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streaming import config
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from streaming.spark import hold_keys
 from streaming.spark.job import start
 from streaming.spark.pipeline import EVENT_TIME, PROCESSING_TIME

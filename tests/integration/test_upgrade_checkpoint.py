@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from streaming import config
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from streaming.sinks.metrics import input_records
 from streaming.spark.job import kafka_events, start
 from streaming.spark.pipeline import EVENT_TIME

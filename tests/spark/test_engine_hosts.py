@@ -7,7 +7,7 @@ import json
 import pytest
 
 from streaming import config
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from streaming.spark.engine_host import local_host_stats
 from streaming.spark.pipeline import ENGINE_HOSTS_CONF
 from streaming.spark.replay import replay

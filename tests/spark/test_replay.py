@@ -9,7 +9,7 @@ import pytest
 
 from streaming import config
 from streaming.engine.local import detect_all
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from streaming.spark.replay import FILES_PER_CHUNK, replay
 from streaming.tools.simulate import run_scenario
 

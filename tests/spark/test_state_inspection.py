@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from streaming import config
 from streaming.rules.records import BrokerRecord, ClientRecord
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from streaming.spark.replay import replay
 from streaming.spark.state_schema import json_rows, schema_of
 from streaming.tools.simulate import run_scenario

@@ -13,7 +13,8 @@ import requests
 
 from streaming.commands.run import build_sinks
 from streaming.sinks.alert_book import BookSettings, alertmanager_payload, latest_alert_states
-from streaming.sinks.base import Dispatcher, MemorySink
+from streaming.sinks.base import Dispatcher
+from streaming.sinks.memory import MemorySink
 from streaming.sinks.metrics import input_records
 from streaming.spark.job import ProgressListener, start
 from streaming.spark.pipeline import PROCESSING_TIME

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from streaming.sinks.base import MemorySink
-from streaming.spark.job import KafkaOutputSink, start
+from streaming.sinks.kafka import KafkaOutputSink
+from streaming.sinks.memory import MemorySink
+from streaming.spark.job import start
 from streaming.spark.pipeline import PROCESSING_TIME
 from streaming.tools.embedded import create_topics
 from tests.helpers import wait_until

@@ -14,7 +14,7 @@ import pytest
 from streaming.sinks.alert_book import AlertBook
 from streaming.sinks.alert_history import read_alert_history
 from streaming.sinks.base import OutputBatch
-from streaming.spark.job import KafkaOutputSink
+from streaming.sinks.kafka import KafkaOutputSink
 from streaming.tools.embedded import create_topics
 from tests.helpers import wait_until
 from tests.integration.faults.support import TopicTail, live_settings

@@ -25,7 +25,8 @@ def job_settings(bootstrap: str, tmp_path: Path, **overrides) -> config.Settings
 
 def run_to_end(spark, settings: config.Settings, sinks: list, timeout_s: float = 300.0):
     """The job over what the events topic holds now, on event time; returns the finished query."""
-    from streaming.spark.job import KafkaOutputSink, start
+    from streaming.sinks.kafka import KafkaOutputSink
+    from streaming.spark.job import start
     from streaming.spark.pipeline import EVENT_TIME
 
     kafka_sink = KafkaOutputSink(settings)

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from tests.integration.hostile.support import dead_letter_headers, job_settings, run_to_end, write_events
 from tests.unit.rules.builders import hb, update
 

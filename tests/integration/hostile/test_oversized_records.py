@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from streaming.tools.demo import read_topic
 from tests.integration.hostile.support import job_settings, produce_raw, run_to_end, write_events
 from tests.unit.rules.builders import hb, response

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from streaming.commands import main
-from streaming.sinks.base import MemorySink
+from streaming.sinks.memory import MemorySink
 from tests.integration.hostile.support import job_settings, run_to_end, write_events
 from tests.unit.rules.builders import hb
 

@@ -258,7 +258,7 @@ def test_a_client_that_finds_no_broker_is_rebootstrap_overdue(kafka_cluster_fact
     """Every broker the client knew is gone and its bootstrap address leads nowhere: no metadata
     for longer than the trigger (5 s in this test) is ClientRebootstrapOverdue, from the rules and
     from the live job (processing time: its timer fires past the last event, on the wall clock)."""
-    from streaming.sinks.base import MemorySink
+    from streaming.sinks.memory import MemorySink
     from streaming.spark.job import start
     from streaming.spark.pipeline import PROCESSING_TIME
     from streaming.tools.relay import Relay

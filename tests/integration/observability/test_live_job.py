@@ -11,8 +11,9 @@ import requests
 
 from streaming import config
 from streaming.sinks.alertmanager import AlertmanagerSink
-from streaming.sinks.base import MemorySink
-from streaming.spark.job import KafkaOutputSink, start
+from streaming.sinks.kafka import KafkaOutputSink
+from streaming.sinks.memory import MemorySink
+from streaming.spark.job import start
 from streaming.spark.pipeline import PROCESSING_TIME
 from streaming.tools.embedded import create_topics
 from streaming.tools.simulate.writers import KafkaEventWriter

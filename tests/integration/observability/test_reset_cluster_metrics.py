@@ -8,8 +8,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from streaming.commands import main as epochwatch
+from streaming.sinks.kafka import KafkaOutputSink
 from streaming.sinks.metrics import Metrics
-from streaming.spark.job import KafkaOutputSink, start
+from streaming.spark.job import start
 from streaming.spark.pipeline import PROCESSING_TIME
 from streaming.tools.embedded import create_topics
 from tests.helpers import wait_until

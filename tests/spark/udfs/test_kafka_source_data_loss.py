@@ -110,7 +110,7 @@ def test_data_loss_the_job_continues_past_is_counted_in_a_metric(spark, bootstra
     import dataclasses
 
     from streaming import config
-    from streaming.sinks.base import MemorySink
+    from streaming.sinks.memory import MemorySink
     from streaming.sinks.metrics import Metrics
     from streaming.spark.job import start
     from streaming.spark.pipeline import EVENT_TIME

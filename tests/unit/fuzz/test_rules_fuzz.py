@@ -22,7 +22,7 @@ from streaming import events
 from streaming.config import RuleSettings
 from streaming.engine.key_engine import KeyEngine, invalid_reason
 from streaming.engine.local import LocalDetector
-from streaming.rules.lifecycle import RULES
+from streaming.rules.catalog import RULES
 from streaming.rules.nodes import MAX_TRACKED_CLIENTS
 from streaming.spark.routing import routes
 from tests.unit.fuzz.event_strategies import event_streams, examples, hang_timeout_s

@@ -86,7 +86,7 @@ def test_truth_survives_json_and_gives_back_the_settings_used():
 
 
 def test_every_contract_alert_has_a_severity_matching_the_engine_catalog():
-    from streaming.rules.lifecycle import RULES
+    from streaming.rules.catalog import RULES
 
     assert {name: rule.severity.name for name, rule in RULES.items()} == dict(SEVERITIES)
 

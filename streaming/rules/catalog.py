@@ -1,0 +1,85 @@
+"""The alert catalog, pure: every alert's name, severity, summary and pending period, and the
+Alertmanager-style record an alert becomes (labels, annotations, a stable fingerprint)."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from streaming.config import RuleSettings
+
+RUNBOOK_BASE = "https://github.com/epochwatch/epochwatch/blob/main/docs/alerts.md"
+
+
+class Severity(enum.IntEnum):
+    """Ordered, as in Burrow: a higher value is worse."""
+
+    info = 0
+    warning = 1
+    critical = 2
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    severity: Severity
+    summary: str
+    one_shot: bool = False
+    pending_setting: str | None = None  # RuleSettings attribute holding the pending period
+
+    def pending_ms(self, settings: RuleSettings) -> int:
+        return getattr(settings, self.pending_setting) if self.pending_setting else 0
+
+
+_RULES = [
+    Rule("BrokerHeartbeatTimeout", Severity.warning, "Broker {broker_id} stopped heartbeating to the controller",
+         pending_setting="heartbeat_timeout_pending_ms"),
+    Rule("BrokerIncarnationRegression", Severity.warning, "Broker {broker_id}: heartbeat from an old incarnation"),
+    Rule("DuplicateBrokerId", Severity.critical, "Two live processes claim broker id {broker_id}"),
+    Rule("BrokerRestarted", Severity.info, "Broker {broker_id} restarted (incarnation {incarnation_id})", one_shot=True),
+    Rule("BrokerStuckStopping", Severity.warning, "Broker {broker_id} is stuck in controlled shutdown"),
+    Rule("BrokerNotReturned", Severity.warning, "Broker {broker_id} shut down and has not come back"),
+    Rule("BrokerFlapping", Severity.warning, "Broker {broker_id} keeps flapping between ACTIVE and INACTIVE"),
+    Rule("ClusterSilent", Severity.critical, "No broker heartbeat from cluster {cluster}"),
+    Rule("ControllerFailover", Severity.info, "Controller moved to {controller_id} (epoch {controller_epoch})", one_shot=True),
+    Rule("MetadataEpochRegression", Severity.critical, "Controller {controller_id} issued a metadata epoch that did not increase"),
+    Rule("BrokerMetadataLag", Severity.critical, "Broker {broker_id} serves metadata behind the controller"),
+    Rule("StaleMetadataResponse", Severity.warning, "Client {client_id} got stale metadata from broker {broker_id}"),
+    Rule("OffsetCommitEpochRegression", Severity.warning, "Group {group_id} committed {topic}-{partition} with an older metadata epoch"),
+    Rule("ClientRebootstrapOverdue", Severity.warning, "Client {client_id} has had no metadata past the rebootstrap trigger"),
+    Rule("RebootstrapRequired", Severity.warning, "Node {node_id} answers REBOOTSTRAP_REQUIRED"),
+    Rule("ClusterIdMismatch", Severity.critical, "Client {client_id} rebootstrapped into another cluster"),
+    Rule("ConnectionSetupTimeoutStorm", Severity.warning, "Connection setup timeouts to node {node_id} from many clients"),
+]
+RULES: Mapping[str, Rule] = {r.name: r for r in _RULES}
+
+
+def fingerprint(alertname: str, labels: Iterable[tuple[str, str]], starts_at: int) -> str:
+    text = alertname + "|" + "|".join(f"{k}={v}" for k, v in sorted(labels)) + f"|{starts_at}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def alert_record(rule: Rule, cluster_id: str, labels: tuple[tuple[str, str], ...], status: str,
+                 starts_at: int, event_time: int, description: str, ends_at: int | None = None) -> dict:
+    label_map = {"alertname": rule.name, "cluster": cluster_id, "severity": rule.severity.name, **dict(labels)}
+    fp = fingerprint(rule.name, label_map.items(), starts_at)
+    return {
+        "event_type": "alert",
+        "event_id": f"{fp}:{status}",
+        "cluster_id": cluster_id,
+        "event_time": int(event_time),
+        "alertname": rule.name,
+        "severity": rule.severity.name,
+        "status": status,
+        "labels": label_map,
+        "annotations": {
+            "summary": rule.summary.format(**label_map),
+            "description": description or rule.summary.format(**label_map),
+            "runbook_url": f"{RUNBOOK_BASE}#{rule.name.lower()}",
+        },
+        "starts_at": int(starts_at),
+        "ends_at": None if ends_at is None else int(ends_at),
+        "fingerprint": fp,
+    }
