@@ -23,7 +23,7 @@ from streaming.rules.lifecycle import AlertTracker
 from streaming.rules.nodes import NodeTable
 from streaming.rules.records import NO_TIME, first_after
 from streaming.spark.routing import OWNER_KIND
-from streaming.spark.validity import time_text
+from streaming.times import utc_text
 
 KINDS = ("brokers", "clients", "nodes", "commits")
 TABLES = {"brokers": BrokerFleet, "clients": ClientShard, "nodes": NodeTable, "commits": CommitShard}
@@ -65,8 +65,8 @@ def _say_why_reversed(records: list[dict], transitions: list[dict]) -> None:
         t = reversed_by.get(record["labels"].get("broker_id"))
         if t is not None and record["status"] == "resolved" and record["alertname"] == "BrokerHeartbeatTimeout":
             record["annotations"]["description"] = (
-                f"reversed: a heartbeat of {time_text(t['at_ms'])} was read after the timeout was decided at "
-                f"{time_text(t['reverses_at_ms'])} (late, or its partition of the events topic was behind): "
+                f"reversed: a heartbeat of {utc_text(t['at_ms'])} was read after the timeout was decided at "
+                f"{utc_text(t['reverses_at_ms'])} (late, or its partition of the events topic was behind): "
                 f"broker {t['broker_id']} was not silent")
 
 

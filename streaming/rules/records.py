@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
 from functools import cache
+
+from streaming.times import utc_text
 
 NO_TIME = -1
 STATES = ("INITIAL", "INACTIVE", "ACTIVE", "STOPPING")
@@ -153,13 +154,8 @@ def from_row(cls, row) -> object:
 
 
 def utc(ms: int) -> str:
-    """An event time for the people reading an alert: ``2026-01-01T00:00:20.082Z``."""
-    if ms == NO_TIME:
-        return "never"
-    try:
-        return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z"
-    except (OverflowError, OSError, ValueError):  # outside what a calendar date can say
-        return f"{ms} ms since 1970"
+    """An event time for the people reading an alert (streaming.times); the rules' NO_TIME is "never"."""
+    return "never" if ms == NO_TIME else utc_text(ms)
 
 
 def jumps(new: int, last: int, limit: int) -> bool:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Iterable, Mapping
+
+from streaming.times import utc_text
 
 FIRING = "firing"
 RESOLVED = "resolved"
@@ -99,10 +100,6 @@ def check_record(record: object) -> dict:
     return dict(record)
 
 
-def iso_utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def alertmanager_payload(record: dict, now_ms: int, settings: BookSettings) -> dict:
     """The Alertmanager API v2 body (postableAlert) of an alert record at ``now_ms``."""
     labels = {str(k): str(v) for k, v in (record.get("labels") or {}).items() if v not in (None, "")}
@@ -123,8 +120,8 @@ def alertmanager_payload(record: dict, now_ms: int, settings: BookSettings) -> d
     return {
         "labels": labels,
         "annotations": annotations,
-        "startsAt": iso_utc(starts_at),
-        "endsAt": iso_utc(ends_at),
+        "startsAt": utc_text(starts_at),
+        "endsAt": utc_text(ends_at),
         "generatorURL": settings.generator_url,
     }
 

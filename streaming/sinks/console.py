@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
 from typing import IO
 
 from streaming.sinks.base import OutputBatch
-
-
-def _ts(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+from streaming.times import time_of_day
 
 
 class ConsoleSink:
@@ -30,7 +24,7 @@ class ConsoleSink:
                               if k not in ("alertname", "severity"))
             sev = a["severity"]
             tag = f"{self.COLORS[sev]}{sev:<8}\033[0m" if self.color else f"{sev:<8}"
-            when = _ts(a["event_time"])
+            when = time_of_day(a["event_time"])
             self.stream.write(f"{when} {a['status'].upper():<8} {tag} {a['alertname']:<28} {labels}\n"
                               f"{'':13}{a['annotations']['description']}\n")
         for d in batch.dead_letters:

@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 
 from streaming import events
 from streaming.spark.cluster_gate import ClusterGate
-from streaming.spark.validity import Limits, refusals, time_text
+from streaming.spark.validity import Limits, refusals
+from streaming.times import utc_text
 
 DEAD_LETTER_SHARDS = 4
 # What the brokers key reads of a metadata response it gets as a served epoch
@@ -155,7 +156,7 @@ def _mark_dead_letters(routed: pa.Table, source_rows: np.ndarray, too_old, refus
             continue
         if old:
             reasons[i] = "event_time_out_of_range"
-            details[i] = f"event_time {time_text(routed.column('event_ms')[i].as_py())} is before 1970"
+            details[i] = f"event_time {utc_text(routed.column('event_ms')[i].as_py())} is before 1970"
         elif row in refused:
             reasons[i], details[i] = refused[row]
     routed = routed.set_column(routed.schema.get_field_index("dlq_reason"), "dlq_reason", pa.array(reasons, pa.string()))

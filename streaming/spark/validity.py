@@ -19,11 +19,12 @@ nothing to be compared with.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from streaming.times import utc_text
 
 FUTURE, PAST, VALUE, JUMP = "future_event_time", "past_event_time", "implausible_value", "implausible_jump"
 CAP = "entity_cap"   # a new entity of a cluster whose state is full (rules.state.max.*.per.cluster)
@@ -57,9 +58,9 @@ def refusals(table: pa.Table, event_ms: pa.ChunkedArray, decoded: np.ndarray, li
         clock = "the rest of its batch"
     found: dict[int, tuple[str, str]] = {}
     for row in np.flatnonzero(dated & (ms > high)).tolist():
-        found[row] = (FUTURE, f"event_time {time_text(ms[row])} is more than {limits.max_future_ms} ms ahead of {clock}")
+        found[row] = (FUTURE, f"event_time {utc_text(ms[row])} is more than {limits.max_future_ms} ms ahead of {clock}")
     for row in np.flatnonzero(dated & (ms < low)).tolist():
-        found[row] = (PAST, f"event_time {time_text(ms[row])} is more than {limits.max_past_ms} ms behind {clock}")
+        found[row] = (PAST, f"event_time {utc_text(ms[row])} is more than {limits.max_past_ms} ms behind {clock}")
     for name in EPOCH_FIELDS:
         if name not in table.column_names:
             continue
@@ -87,10 +88,3 @@ def bulk_bounds(times: np.ndarray, max_future_ms: int, max_past_ms: int) -> tupl
         if len(wide):
             low = t[wide[-1] + 1]
     return high, low
-
-
-def time_text(ms: int) -> str:
-    try:
-        return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"

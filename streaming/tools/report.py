@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Iterable
 
 from streaming import events
+from streaming.times import utc_text
 
 STATE_COLORS = {"INITIAL": "#8ab8ff", "INACTIVE": "#e02f44", "ACTIVE": "#56a64b", "STOPPING": "#ff9830"}
 SEVERITY_COLORS = {"info": "#3274d9", "warning": "#ff9830", "critical": "#c4162a"}
@@ -181,9 +182,7 @@ def alert_rows(incidents: list[Incident]) -> tuple[list[tuple[str, str, str]], i
 
 
 def iso(ms: int | None) -> str:
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return "" if ms is None else utc_text(ms)
 
 
 def duration_text(ms: int) -> str:

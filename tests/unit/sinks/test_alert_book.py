@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from streaming.sinks.alert_book import (
-    AlertBook, BookSettings, Delivery, alertmanager_payload, iso_utc, latest_alert_states,
+    AlertBook,
+    BookSettings,
+    Delivery,
+    alertmanager_payload,
+    latest_alert_states,
 )
+from streaming.times import utc_text
 
 RESEND = 60_000
 TTL = 300_000
@@ -238,7 +243,7 @@ def test_payload_of_a_firing_alert():
         "annotations": {"summary": "s", "description": "d", "runbook_url": "docs/alerts.md#x"},
         "startsAt": "2023-11-14T22:13:20.000Z",
         # like Prometheus: 4 resend intervals, so a dead sender's alerts expire on their own
-        "endsAt": iso_utc(T0 + 1000 + 4 * RESEND),
+        "endsAt": utc_text(T0 + 1000 + 4 * RESEND),
         "generatorURL": "http://127.0.0.1:9464/metrics",
     }
 
@@ -254,7 +259,7 @@ PAYLOAD_END_CASES = [
 
 @pytest.mark.parametrize("num, why, record, now, ends", PAYLOAD_END_CASES)
 def test_payload_ends_at(num, why, record, now, ends):
-    assert alertmanager_payload(record, now, SETTINGS)["endsAt"] == iso_utc(ends), f"case {num}: {why}"
+    assert alertmanager_payload(record, now, SETTINGS)["endsAt"] == utc_text(ends), f"case {num}: {why}"
 
 
 @pytest.mark.parametrize("kwargs, message", [
