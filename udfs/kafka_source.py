@@ -204,7 +204,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                    group_ranges(spans, self.options.records_per_task, self.options.min_partitions)]
         self._hand_out_clusters(planned)
         if losses and self.options.output == "packs":
-            # counted by the job's metrics (streaming.spark.packs.LOSS_KIND), not only logged here: the
+            # counted by the job's metrics (streaming.engine.keys.DATA_LOSS), not only logged here: the
             # planner runs in a process of its own, so the count travels with a task
             if planned:
                 planned[0].losses = len(losses)

@@ -15,21 +15,16 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from streaming.config import RuleSettings
+from streaming.engine.keys import KINDS, OWNER_KIND
 from streaming.events import CLUSTER_RESET
 from streaming.rules.brokers import BrokerFleet
 from streaming.rules.clients import ClientShard
-from streaming.rules.commits import CommitShard
 from streaming.rules.lifecycle import AlertTracker
-from streaming.rules.nodes import NodeTable
 from streaming.rules.records import NO_TIME, first_after
-from streaming.spark.routing import OWNER_KIND
 from streaming.times import utc_text
 
-KINDS = ("brokers", "clients", "nodes", "commits")
-TABLES = {"brokers": BrokerFleet, "clients": ClientShard, "nodes": NodeTable, "commits": CommitShard}
 RESET_SUMMARY = "reset"   # the summary of a key that a cluster_reset emptied
 EXPIRED_SUMMARY = "expired"   # brokers forgotten after state.entity.expiry.ms of silence
-ENTITY_LABEL = {"brokers": "broker_id", "clients": "client_id", "nodes": "node_id"}
 
 
 def invalid_reason(ev: dict) -> str | None:
@@ -101,7 +96,7 @@ class KeyEngine:
 
     @classmethod
     def new(cls, kind: str, cluster_id: str, shard: int, settings: RuleSettings) -> "KeyEngine":
-        return cls(kind, cluster_id, shard, settings, TABLES[kind](cluster_id, settings),
+        return cls(kind, cluster_id, shard, settings, KINDS[kind].table(cluster_id, settings),
                    AlertTracker(cluster_id, settings))
 
     def step(self, new_events: list[dict], horizon: int, applied: int | None = None) -> StepResult:
@@ -194,7 +189,7 @@ class KeyEngine:
         """A cluster_reset (epochwatch reset-cluster): an operator says the key's state is wrong
         (e.g. what forged events left). Everything known is dropped; the open alerts resolve now,
         as the rules no longer find their conditions; later events start afresh."""
-        self.table = TABLES[self.kind](self.cluster_id, self.settings)
+        self.table = KINDS[self.kind].table(self.cluster_id, self.settings)
         self._evaluate(now, out)
         # the metrics sink drops the cluster's series (streaming.sinks.metrics.Metrics.forget_cluster)
         out.summaries.append({"cluster_id": self.cluster_id, "kind": RESET_SUMMARY, "key_kind": self.kind,
@@ -215,7 +210,7 @@ class KeyEngine:
             out.transitions.extend(table.transitions)
             table.transitions = []
         out.alerts.extend(records)
-        label = ENTITY_LABEL.get(self.kind)
+        label = KINDS[self.kind].entity_label
         open_entities = {dict(a.labels).get(label) for a in self.tracker.open.values()} if label else set()
         gone = table.expire(now, lambda entity: str(entity) in open_entities or not label and bool(self.tracker.open))
         if gone and isinstance(table, BrokerFleet):

@@ -20,7 +20,7 @@ import json
 from pyspark.sql import functions as F
 from pyspark.sql.utils import AnalysisException
 
-from streaming.spark.packs import HOLD_KIND
+from streaming.engine.keys import HOLD
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
@@ -40,10 +40,10 @@ def state_partition_count(spark, checkpoint_location: str | None) -> int:
 
 
 def hold_shards(spark, partitions: int) -> list[int]:
-    """One shard per state partition such that the key ("", HOLD_KIND, shard) lands there."""
+    """One shard per state partition such that the key ("", HOLD, shard) lands there."""
     tries = max(64, 32 * partitions)  # each partition is missed by all of them with odds ~e^-32
     rows = (spark.range(tries).select(F.col("id").cast("int").alias("shard"))
-            .select("shard", F.pmod(F.hash(F.lit(""), F.lit(HOLD_KIND), F.col("shard")), F.lit(partitions))
+            .select("shard", F.pmod(F.hash(F.lit(""), F.lit(HOLD), F.col("shard")), F.lit(partitions))
                     .alias("partition"))
             .groupBy("partition").agg(F.min("shard").alias("shard")).collect())
     shards = sorted(row.shard for row in rows)

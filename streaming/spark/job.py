@@ -177,7 +177,7 @@ class ProgressListener(StreamingQueryListener):
 
 
 def _lost(progress: dict) -> int:
-    """Data losses the source skipped in a batch (failOnDataLoss=false; streaming.spark.packs.LOSS_KIND)."""
+    """Data losses the source skipped in a batch (failOnDataLoss=false; streaming.engine.keys.DATA_LOSS)."""
     from streaming.spark.packs import INPUT_METRIC
 
     return int((progress.get("observedMetrics") or {}).get(INPUT_METRIC, {}).get("lost") or 0)

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from streaming.config import RuleSettings
 from streaming.engine.key_engine import KeyEngine
+from streaming.engine.keys import DEAD_LETTER, KINDS
 from streaming.events import CLUSTER_RESET
 from streaming.fastpath import column_passes
 from streaming.rules import records
@@ -30,21 +31,7 @@ from streaming.rules.lifecycle import AlertTracker
 from streaming.spark import validity as plausible
 from streaming.spark.packs import from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
 
-# State variable per key kind: nodes keep one typed ListState row per node (few, rarely changed);
-# brokers, clients and commits one JSON table per key, rewritten in one piece every step: a
-# brokers key's 1,000-row ListState took ~50 ms to write each micro-batch (nearly every broker
-# heartbeats in one), its JSON value ~5 ms (bench/RESULTS.md, session 14).
-ENTITY_STATE = {"brokers": ("brokers", records.BrokerRecord), "clients": ("clients", records.ClientRecord),
-                "nodes": ("nodes", records.NodeRecord), "commits": ("commits", records.CommitRecord)}
-JSON_TABLES = frozenset({"brokers", "clients", "commits"})
-# Tables whose rules mark every record they change as touched (streaming.rules.clients): their JSON
-# is written from the previous step's row values, only the touched records' read again (a client
-# shard's 6,000 records took ~3 ms per step to read; a micro-batch touches a few hundred).
-INCREMENTAL_JSON = frozenset({"clients"})
 BUFFER_CHUNK = 20_000  # events per buffer row
-ENTITY_ID = {"brokers": lambda r: r.broker_id, "clients": lambda r: r.client_id, "nodes": lambda r: r.node_id,
-             "commits": lambda r: (r.group_id, r.topic, r.partition)}
-DEAD_LETTER_KIND = "dead_letter"
 IDLE_DROP_MS = 300_000  # engines not stepped for this long are forgotten at a task's end
 NO_META = (records.NO_TIME, 0, records.NO_TIME, 0)  # horizon, clock offset, timer, generation
 
@@ -103,7 +90,7 @@ class Stored:
 
     alerts: list[tuple]
     waiting: pa.Table | None  # events past the horizon, in the order they will be applied
-    row_values: dict | None = None  # INCREMENTAL_JSON: each entity's row in the stored JSON, by id
+    row_values: dict | None = None  # KeyKind.incremental_json: each entity's row in the stored JSON, by id
 
 
 class EngineCache:
@@ -165,10 +152,10 @@ class KeySteps:
 
 def load(request: StepRequest, stored: StoredState) -> tuple[KeyEngine, Stored]:
     engine = KeyEngine.new(request.kind, request.cluster_id, request.shard, request.settings)
-    name, cls = ENTITY_STATE[request.kind]
-    table, ident = engine.table, ENTITY_ID[request.kind]
+    key_kind = KINDS[request.kind]
+    name, cls, table, ident = key_kind.name, key_kind.record, engine.table, key_kind.entity_id
     store = getattr(table, name)
-    if name in JSON_TABLES:
+    if key_kind.json_state:
         loaded = from_json_rows(cls, stored.entities[1]) if stored.entities else []
     else:
         loaded = [records.from_row(cls, row) for row in stored.entities]
@@ -240,13 +227,14 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         # a deadline the hold kept this step from reaching: Spark deletes the timer that fired
         # once its handler returns, so the same time again would leave the key without one
         wanted = request.processing_ms + 1
-    name, cls = ENTITY_STATE[kind]
+    key_kind = KINDS[kind]
+    name, cls = key_kind.name, key_kind.record
     table_rows = getattr(engine.table, name)
     row_values = None
-    if kind in INCREMENTAL_JSON:
+    if key_kind.incremental_json:
         row_values = _row_values(cls, table_rows, stored.row_values, result.touched)
         entities = (len(row_values), _json_table(cls, list(row_values.values()))) if row_values else None
-    elif name in JSON_TABLES:
+    elif key_kind.json_state:
         entities = _json_value(list(table_rows.values()))
     else:
         entities = [records.to_row(r) for r in table_rows.values()]
@@ -326,7 +314,7 @@ def _output_rows(cluster_id: str, now: int, result) -> list[dict]:
     refusals += [(plausible.JUMP, ev, why) for ev, why in result.refused]
     refusals += [(plausible.CAP, ev, why) for ev, why in result.capped]
     for reason, ev, why in refusals:
-        rows.append({"kind": DEAD_LETTER_KIND, "cluster_id": cluster_id, "event_time": ev["event_time"],
+        rows.append({"kind": DEAD_LETTER, "cluster_id": cluster_id, "event_time": ev["event_time"],
                      "payload": json_text({"reason": reason, "detail": why, **coordinates(ev)}),
                      "raw_value": json_text(event_fields(ev)).encode()})
     return rows

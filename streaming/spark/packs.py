@@ -28,18 +28,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
+from streaming.engine.keys import CLOCK, DATA_LOSS, HOLD
 from streaming.spark.cluster_gate import ClusterGate
 from streaming.spark.routing import SERVED_EPOCH_FIELDS, route_batch
 from streaming.spark.validity import Limits
 
 KEY_COLUMNS = ("cluster_id", "kind", "shard")
-CLOCK_KIND = "clock"
-# Records the source skipped as lost (failOnDataLoss=false): one row, ``events`` = how many times,
-# summed into the progress's observedMetrics like the records (streaming.sinks.metrics: data loss).
-LOSS_KIND = "data_loss"
-# While a partition of the events topic is behind, one row per state partition carries the clock
-# it is held at to the keys that only a timer steps there (streaming.spark.hold_keys).
-HOLD_KIND = "hold"
 # The records read per micro-batch, summed from the clock rows (streaming.spark.pipeline.detect_packs)
 # into the progress's observedMetrics: Spark's numInputRows counts packs (streaming.sinks.metrics.input_records).
 INPUT_METRIC = "epochwatch_input"
@@ -130,24 +124,24 @@ def pack(table: pa.Table, records: int = 0, clock_cap_ms: int | None = None) -> 
         out["payload"].append(_ipc_bytes(_without_empty_columns(events_of_key)))
         out["clock_ms"].append(clock_ms)
     if clock_ms is not None or records:
-        clock = ("", CLOCK_KIND, 0, None if clock_ms is None else clock_ms * 1000, records, b"", clock_ms)
+        clock = ("", CLOCK, 0, None if clock_ms is None else clock_ms * 1000, records, b"", clock_ms)
         for name, value in zip(_ARROW_SCHEMA.names, clock):
             out[name].append(value)
     return pa.RecordBatch.from_pydict(out, schema=_ARROW_SCHEMA)
 
 
 def loss_row(losses: int) -> pa.RecordBatch:
-    """The row that tells the job's metrics of ``losses`` data losses (LOSS_KIND)."""
-    values = ("", LOSS_KIND, 0, None, losses, b"", None)
+    """The row that tells the job's metrics of ``losses`` data losses (DATA_LOSS)."""
+    values = ("", DATA_LOSS, 0, None, losses, b"", None)
     return pa.RecordBatch.from_pydict({name: [v] for name, v in zip(_ARROW_SCHEMA.names, values)}, schema=_ARROW_SCHEMA)
 
 
 def hold_rows(clock_cap_ms: int, shards: Iterable[int]) -> pa.RecordBatch:
-    """The hold rows (HOLD_KIND) for the state partitions ``shards`` reach: ``clock_ms`` is the cap."""
+    """The hold rows (HOLD) for the state partitions ``shards`` reach: ``clock_ms`` is the cap."""
     shards = list(shards)
     n = len(shards)
     return pa.RecordBatch.from_pydict(
-        {"cluster_id": [""] * n, "kind": [HOLD_KIND] * n, "shard": shards, "event_time": [None] * n,
+        {"cluster_id": [""] * n, "kind": [HOLD] * n, "shard": shards, "event_time": [None] * n,
          "events": [0] * n, "payload": [b""] * n, "clock_ms": [clock_cap_ms] * n}, schema=_ARROW_SCHEMA)
 
 

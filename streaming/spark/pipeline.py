@@ -8,8 +8,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from streaming.config import ConfigError, RuleSettings
-from streaming.spark.key_steps import ENTITY_STATE
-from streaming.spark.packs import CLOCK_KIND, INPUT_METRIC, KEY_COLUMNS, LOSS_KIND, PACK_SCHEMA, route_and_pack
+from streaming.engine.keys import CLOCK, DATA_LOSS, KINDS
+from streaming.spark.packs import INPUT_METRIC, KEY_COLUMNS, PACK_SCHEMA, route_and_pack
 from streaming.spark.processor import EpochwatchProcessor, EpochwatchRowProcessor
 from streaming.spark.state_schema import OUTPUT_SCHEMA
 from streaming.spark.validity import Limits
@@ -41,10 +41,10 @@ def pack_events(events: DataFrame, rules: RuleSettings, time_mode: str = EVENT_T
 def detect_packs(packs: DataFrame, rules: RuleSettings, time_mode: str, api: str = "pandas") -> DataFrame:
     if time_mode not in (EVENT_TIME, PROCESSING_TIME):
         raise ValueError(f"time_mode must be {EVENT_TIME} or {PROCESSING_TIME}, not {time_mode!r}")
-    packs = packs.observe(INPUT_METRIC, F.sum(F.when(F.col("kind") == CLOCK_KIND, F.col("events"))).alias("records"),
-                          F.sum(F.when(F.col("kind") == LOSS_KIND, F.col("events"))).alias("lost"),
+    packs = packs.observe(INPUT_METRIC, F.sum(F.when(F.col("kind") == CLOCK, F.col("events"))).alias("records"),
+                          F.sum(F.when(F.col("kind") == DATA_LOSS, F.col("events"))).alias("lost"),
                           # the clusters the batch holds state for (streaming.spark.cluster_gate)
-                          F.collect_set(F.when(F.col("kind").isin(*ENTITY_STATE), F.col("cluster_id")))
+                          F.collect_set(F.when(F.col("kind").isin(*KINDS), F.col("cluster_id")))
                           .alias("clusters"))
     if time_mode == EVENT_TIME:
         packs = packs.withWatermark("event_time", f"{rules.allowed_lateness_ms} milliseconds")

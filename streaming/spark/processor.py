@@ -30,12 +30,10 @@ import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 
 from streaming.config import RuleSettings
+from streaming.engine.keys import CLOCK, DATA_LOSS, DEAD_LETTER, HOLD, KINDS
 from streaming.rules import records
 from streaming.spark import engine_host
 from streaming.spark.key_steps import (
-    DEAD_LETTER_KIND,
-    ENTITY_STATE,
-    JSON_TABLES,
     StepOutput,
     StepRequest,
     StoredState,
@@ -45,7 +43,7 @@ from streaming.spark.key_steps import (
     json_text,
     to_json_rows,
 )
-from streaming.spark.packs import CLOCK_KIND, HOLD_KIND, LOSS_KIND, read_packs, to_dicts
+from streaming.spark.packs import read_packs, to_dicts
 from streaming.spark.state_schema import (
     ALERT_SCHEMA,
     BUFFER_SCHEMA,
@@ -76,8 +74,8 @@ class EpochwatchProcessor(StatefulProcessor):
         self.cluster = handle.getValueState("cluster", schema_of(records.ClusterRecord))
         self.alerts = handle.getListState("alerts", ALERT_SCHEMA)
         self.buffer = handle.getListState("buffer", BUFFER_SCHEMA)
-        self.entities = {name: handle.getValueState(name, JSON_ROWS_SCHEMA) if name in JSON_TABLES
-                         else handle.getListState(name, schema_of(cls)) for name, cls in ENTITY_STATE.values()}
+        self.entities = {k.name: handle.getValueState(k.name, JSON_ROWS_SCHEMA) if k.json_state
+                         else handle.getListState(k.name, schema_of(k.record)) for k in KINDS.values()}
         self.steps = engine_host.steps_for_task() if self.hosted else engine_host.IN_PROCESS
 
     # --- Spark entry points ---------------------------------------------------------------------
@@ -103,13 +101,13 @@ class EpochwatchProcessor(StatefulProcessor):
 
     def _handle(self, key, packs: list[bytes], timerValues, clock_ms: int | None = None) -> list[dict]:
         cluster_id, kind, shard = _grouping_key(key)
-        if kind in (CLOCK_KIND, LOSS_KIND):
+        if kind in (CLOCK, DATA_LOSS):
             return []  # only there to move the watermark, or to be counted (streaming.spark.packs)
-        if kind == HOLD_KIND:
+        if kind == HOLD:
             if clock_ms is not None:
                 self.hold = (timerValues.getCurrentProcessingTimeInMs(), int(clock_ms))
             return []
-        if kind == DEAD_LETTER_KIND:
+        if kind == DEAD_LETTER:
             return [_dead_letter_row(r) for r in to_dicts(read_packs(*packs))]
         meta = self.meta.get()
         request = StepRequest(self.settings, cluster_id, kind, int(shard), tuple(packs),
@@ -126,18 +124,16 @@ class EpochwatchProcessor(StatefulProcessor):
     # --- the state API --------------------------------------------------------------------------
 
     def _stored(self, kind: str) -> StoredState:
-        name, _ = ENTITY_STATE[kind]
-        entities = self.entities[name].get()
-        if name not in JSON_TABLES:
+        entities = self.entities[kind].get()
+        if not KINDS[kind].json_state:
             entities = [tuple(row) for row in entities]
         cluster = self.cluster.get() if kind == "brokers" else None
         return StoredState(entities, tuple(cluster) if cluster is not None else None,
                            [tuple(row) for row in self.alerts.get()], [chunk for _, chunk in self.buffer.get()])
 
     def _write(self, kind: str, out: StepOutput, meta: tuple | None) -> None:
-        name, _ = ENTITY_STATE[kind]
-        state = self.entities[name]
-        if name not in JSON_TABLES:
+        state = self.entities[kind]
+        if not KINDS[kind].json_state:
             _put(state, out.entities)
         elif out.entities:
             state.update(out.entities)
@@ -207,5 +203,5 @@ def _dead_letter_row(row: dict) -> dict:
     raw_value = row.get("raw_value")
     if raw_value is None and row.get("event_type"):  # decoded fine, rejected later (e.g. future time)
         raw_value = json_text(event_fields(row)).encode()
-    return {"kind": DEAD_LETTER_KIND, "cluster_id": row.get("cluster_id") or "", "event_time": row.get("event_time") or 0,
+    return {"kind": DEAD_LETTER, "cluster_id": row.get("cluster_id") or "", "event_time": row.get("event_time") or 0,
             "payload": json_text(payload), "raw_key": row.get("raw_key"), "raw_value": raw_value}

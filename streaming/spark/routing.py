@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming import events
+from streaming.engine.keys import DEAD_LETTER, KINDS, OWNER_KIND
 from streaming.spark.cluster_gate import ClusterGate
 from streaming.spark.validity import Limits, refusals
 from streaming.times import utc_text
@@ -28,11 +29,6 @@ DEAD_LETTER_SHARDS = 4
 # (BrokerFleet.on_served_epoch, engine.invalid_reason, rules.served_runs): its packs carry no more
 SERVED_EPOCH_FIELDS = frozenset({"event_type", "cluster_id", "event_time", "client_id", "broker_id",
                                  "metadata_epoch", "error_code"})
-# The key each event type belongs to (routes() puts it first). An invalid event is reported
-# (dead-lettered) by that key only: the others it feeds skip it, so the dead-letter topic gets it once.
-OWNER_KIND = {"broker_heartbeat": "brokers", "metadata_update": "brokers", "metadata_response": "clients",
-              "metadata_request_failed": "clients", "client_rebootstrap": "clients",
-              "connection_attempt": "nodes", "offset_commit": "commits", events.CLUSTER_RESET: "brokers"}
 
 
 def shard_of(entity: str, shards: int) -> int:
@@ -41,7 +37,7 @@ def shard_of(entity: str, shards: int) -> int:
 
 
 # the id a sharded kind spreads its entities by
-_SHARDED_BY = {"clients": "client_id", "commits": "group_id"}
+_SHARDED_BY = {k.name: k.sharded_by for k in KINDS.values() if k.sharded_by}
 
 
 def routes(ev: dict, client_shards: int) -> list[tuple[str, int]]:
@@ -103,10 +99,10 @@ def route_batch(table: pa.Table, client_shards: int, limits: Limits, now_ms: int
     resets = np.flatnonzero(pc.and_(live, reset).to_numpy(zero_copy_only=False))
     shard_of_row = {"clients": lambda: _crc_shards(table.column("client_id"), client_shards),
                     "commits": lambda: _crc_shards(table.column("group_id"), client_shards),
-                    "dead_letter": lambda: pc.remainder(pc.fill_null(table.column("kafka_partition"), 0),
+                    DEAD_LETTER: lambda: pc.remainder(pc.fill_null(table.column("kafka_partition"), 0),
                                                         DEAD_LETTER_SHARDS).to_numpy(zero_copy_only=False)}
     rows, kinds, shards = [], [], []
-    for kind, mask in [*((k, pc.and_(live, m)) for k, m in masks.items()), ("dead_letter", dead)]:
+    for kind, mask in [*((k, pc.and_(live, m)) for k, m in masks.items()), (DEAD_LETTER, dead)]:
         index = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
         shard = shard_of_row[kind]()[index] if kind in shard_of_row and len(index) else np.zeros(len(index), np.int32)
         if kind in _SHARDED_BY and len(resets):  # a reset reaches every shard
@@ -146,7 +142,7 @@ def _crc_shards(column, shards: int) -> np.ndarray:
 
 
 def _mark_dead_letters(routed: pa.Table, source_rows: np.ndarray, too_old, refused: dict) -> pa.Table:
-    is_dead = pc.equal(routed.column("kind"), "dead_letter")
+    is_dead = pc.equal(routed.column("kind"), DEAD_LETTER)
     if not pc.any(is_dead).as_py():
         return routed
     reasons, details = routed.column("dlq_reason").to_pylist(), routed.column("dlq_detail").to_pylist()

@@ -10,13 +10,14 @@ import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from streaming.config import RuleSettings
+from streaming.engine.keys import HOLD
 from streaming.rules.records import BrokerRecord
-from streaming.spark.packs import HOLD_KIND, hold_rows, pack
+from streaming.spark.packs import hold_rows, pack
 from streaming.spark.processor import EpochwatchProcessor, from_json_rows, to_json_rows
 from tests.unit.rules.builders import heartbeats
 
 KEY = ("c1", "brokers", 0)
-HOLD_KEY = ("", HOLD_KIND, 0)
+HOLD_KEY = ("", HOLD, 0)
 T0 = 1_700_000_000_000
 
 

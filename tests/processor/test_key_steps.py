@@ -9,7 +9,8 @@ import pickle
 import pytest
 
 from streaming.config import RuleSettings
-from streaming.spark.key_steps import JSON_TABLES, EngineCache, KeySteps, StepOutput, StepRequest, StoredState
+from streaming.engine.keys import KINDS
+from streaming.spark.key_steps import EngineCache, KeySteps, StepOutput, StepRequest, StoredState
 from streaming.spark.routing import routes
 from streaming.tools.simulate import run_scenario
 from tests.processor.key_feed import packed
@@ -27,7 +28,7 @@ def stored_after(out: StepOutput, before: StoredState | None) -> StoredState:
 
 
 def empty_state(kind: str) -> StoredState:
-    return StoredState(None if kind in JSON_TABLES else [], None, [], [])
+    return StoredState(None if KINDS[kind].json_state else [], None, [], [])
 
 
 def request(rules: RuleSettings, key: tuple, packs: list[bytes], meta, clock_ms: int) -> StepRequest:
@@ -53,7 +54,7 @@ def test_a_kept_engine_steps_exactly_as_one_rebuilt_from_the_store(name):
 
 def test_a_stale_incident_that_ends_quietly_is_stored_by_a_kept_engine():
     """Why: a kept client shard reads again only the clients its step touched
-    (key_steps.INCREMENTAL_JSON); a stale incident that ends because the broker went quiet, with
+    (KeyKind.incremental_json); a stale incident that ends because the broker went quiet, with
     no event of that client, changes the client all the same and must reach the store."""
     rules = RuleSettings()
     quiet = rules.stale_incident_quiet_ms

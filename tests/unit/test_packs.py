@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from streaming.engine.keys import CLOCK
 from streaming.spark.packs import (
-    CLOCK_KIND,
     PACK_SCHEMA,
     PickledStateError,
     from_ipc_chunks,
@@ -51,7 +51,7 @@ def test_one_pack_per_state_key_in_order_of_first_appearance():
     out = pack(table(ROWS)).to_pylist()
     assert [(p["cluster_id"], p["kind"], p["shard"], p["events"]) for p in out] == [
         ("c1", "brokers", 0, 2), ("c1", "clients", 3, 1), ("c2", "brokers", 0, 1), ("", "dead_letter", 1, 1),
-        ("", CLOCK_KIND, 0, 0)]
+        ("", CLOCK, 0, 0)]
 
 
 def test_packs_have_no_time_and_one_clock_row_carries_the_newest_event_time():
@@ -128,7 +128,7 @@ def test_map_in_arrow_function_routes_packs_skips_empty_batches_and_matches_the_
     assert out[0].schema.names == PACK_SCHEMA.names
     packs = out[0].to_pylist()
     # the clock row counts records: the response is in two packs but one record
-    assert sorted((p["kind"], p["events"]) for p in packs) == [("brokers", 2), ("clients", 1), (CLOCK_KIND, 2)]
+    assert sorted((p["kind"], p["events"]) for p in packs) == [("brokers", 2), ("clients", 1), (CLOCK, 2)]
 
 
 def test_a_batch_of_only_dead_letters_is_counted_by_a_clock_row_without_time():
@@ -146,7 +146,7 @@ def test_a_batch_of_only_dead_letters_is_counted_by_a_clock_row_without_time():
                                                         ("dlq_reason", pa.string()), ("dlq_detail", pa.string()),
                                                         ("raw_value", pa.binary())]))
     (out,) = list(route_and_pack(16, EVENT_TIME_LIMITS)([dead]))
-    clock = [p for p in out.to_pylist() if p["kind"] == CLOCK_KIND]
+    clock = [p for p in out.to_pylist() if p["kind"] == CLOCK]
     assert [(c["events"], c["event_time"], c["clock_ms"]) for c in clock] == [(3, None, None)]
     assert sum(p["events"] for p in out.to_pylist() if p["kind"] == "dead_letter") == 3
 
@@ -171,7 +171,7 @@ def test_map_in_arrow_function_gathers_small_input_batches_into_one_pack_per_key
 
     batches = [rows_to_batch([dict(hb(1, 1), event_time=T0 + i)]) for i in range(5)]
     (gathered,) = list(route_and_pack(16, EVENT_TIME_LIMITS)(iter(batches)))
-    assert [(p["kind"], p["events"]) for p in gathered.to_pylist()] == [("brokers", 5), (CLOCK_KIND, 5)]
+    assert [(p["kind"], p["events"]) for p in gathered.to_pylist()] == [("brokers", 5), (CLOCK, 5)]
     bounded = list(route_and_pack(16, EVENT_TIME_LIMITS, pack_rows=2)(iter(batches)))
     assert [sum(p["events"] for p in out.to_pylist() if p["kind"] == "brokers") for out in bounded] == [2, 2, 1]
 
@@ -268,8 +268,9 @@ def test_packs_are_compressed_and_uncompressed_chunks_of_an_older_version_still_
 
 
 def test_hold_rows_carry_the_held_clock_to_each_shard_and_count_no_records():
-    from streaming.spark.packs import HOLD_KIND, hold_rows
+    from streaming.engine.keys import HOLD
+    from streaming.spark.packs import hold_rows
 
     rows = hold_rows(1_795_000_010_000, [4, 0, 9]).to_pylist()
     assert [(r["cluster_id"], r["kind"], r["shard"], r["clock_ms"], r["events"]) for r in rows] == [
-        ("", HOLD_KIND, s, 1_795_000_010_000, 0) for s in (4, 0, 9)]
+        ("", HOLD, s, 1_795_000_010_000, 0) for s in (4, 0, 9)]

@@ -2,8 +2,9 @@
 
 import pyarrow as pa
 
+from streaming.engine.keys import OWNER_KIND
 from streaming.spark.replay import rows_to_batch
-from streaming.spark.routing import OWNER_KIND, route_batch, routes
+from streaming.spark.routing import route_batch, routes
 from streaming.spark.validity import Limits
 from tests.unit.rules.builders import attempt, commit, failed, hb, rebootstrap, reset, response, update
 

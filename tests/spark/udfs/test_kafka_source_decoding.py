@@ -160,12 +160,13 @@ def check_dead_letter_topic(bootstrap, dlq, source_topic, produced, reasons) -> 
 def _events_by_key(rows: list[dict]) -> dict:
     """Every pack's events per state key, as (kafka partition, offset, event fields) in pack
     order, and the records the clock rows count."""
-    from streaming.spark.packs import CLOCK_KIND, unpack
+    from streaming.engine.keys import CLOCK
+    from streaming.spark.packs import unpack
 
     by_key: dict = {}
     records = 0
     for row in rows:
-        if row["kind"] == CLOCK_KIND:
+        if row["kind"] == CLOCK:
             records += row["events"]
             continue
         events = unpack(bytes(row["payload"]))

@@ -1,0 +1,58 @@
+"""The state keys, described once. A state key is (cluster_id, kind, shard): each kind runs one
+rules table over its entities, owns some event types (their invalid events are dead-lettered by
+it alone), and may spread its entities over ``rules.client.shards`` keys by one of their ids.
+Besides the rules' kinds, the packs carry rows that are no rules key (dead letters, the batch's
+clock, data losses, the hold: streaming.spark.packs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Callable
+
+from streaming.events import CLUSTER_RESET
+from streaming.rules import records
+from streaming.rules.brokers import BrokerFleet
+from streaming.rules.clients import ClientShard
+from streaming.rules.commits import CommitShard
+from streaming.rules.nodes import NodeTable
+
+
+@dataclass(frozen=True)
+class KeyKind:
+    name: str                     # the key's kind, and the name of its state variable
+    table: type                   # the rules table one key runs
+    record: type                  # one entity's record in that table (streaming.rules.records)
+    entity_id: Callable[[object], object]
+    owns: frozenset[str]          # the event types whose owner this kind is
+    sharded_by: str | None = None      # the event field that spreads entities over shards
+    entity_label: str | None = None    # the alert label that names an entity (expiry summaries)
+    # state as one JSON table per key, rewritten each step; otherwise one typed ListState row per
+    # entity (nodes: few, rarely changed). Why: bench/RESULTS.md, "state layout".
+    json_state: bool = True
+    # the rules mark each record they change as touched, so a step re-reads only those rows
+    incremental_json: bool = False
+
+
+BROKERS = KeyKind("brokers", BrokerFleet, records.BrokerRecord, attrgetter("broker_id"),
+                  frozenset({"broker_heartbeat", "metadata_update", CLUSTER_RESET}), entity_label="broker_id")
+CLIENTS = KeyKind("clients", ClientShard, records.ClientRecord, attrgetter("client_id"),
+                  frozenset({"metadata_response", "metadata_request_failed", "client_rebootstrap"}),
+                  sharded_by="client_id", entity_label="client_id", incremental_json=True)
+NODES = KeyKind("nodes", NodeTable, records.NodeRecord, attrgetter("node_id"), frozenset({"connection_attempt"}),
+                entity_label="node_id", json_state=False)
+COMMITS = KeyKind("commits", CommitShard, records.CommitRecord, attrgetter("group_id", "topic", "partition"),
+                  frozenset({"offset_commit"}), sharded_by="group_id")
+
+KINDS: dict[str, KeyKind] = {k.name: k for k in (BROKERS, CLIENTS, NODES, COMMITS)}
+OWNER_KIND: dict[str, str] = {event_type: k.name for k in KINDS.values() for event_type in k.owns}
+
+# pack rows that are no rules key
+DEAD_LETTER = "dead_letter"   # a record the source could not decode, or an implausible event
+CLOCK = "clock"               # the batch's newest event time and its record count
+# records the source skipped as lost (failOnDataLoss=false): one row, ``events`` = how many times,
+# summed into the progress's observedMetrics like the records (streaming.sinks.metrics: data loss)
+DATA_LOSS = "data_loss"
+# while a partition of the events topic is behind, one row per state partition carries the clock
+# it is held at to the keys that only a timer steps there (streaming.spark.hold_keys)
+HOLD = "hold"
