@@ -131,6 +131,14 @@ class RuleSettings:
     # and how many clusters one job may hold (streaming.spark.cluster_gate): a fleet of 1,000 clusters
     # was measured (bench/RESULTS.md, many clusters); more belong in more jobs
     max_clusters: int = field(default=10_000, metadata=_alias("state.max.clusters"))
+    # The one switch of streaming.fastpath: off, every event goes through the rules one by one
+    # (slower, the same alerts: the equivalence tests flip it); for telling a fast path's defect
+    # from a rule's
+    fast_paths: str = field(default="on", metadata={**_alias("fast.paths"), "choices": ("off", "on")})
+
+    @property
+    def fast_paths_on(self) -> bool:
+        return self.fast_paths == "on"
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,10 @@ from operator import attrgetter
 from streaming.config import RuleSettings
 from streaming.engine.keys import KINDS, OWNER_KIND
 from streaming.events import CLUSTER_RESET
-from streaming.rules.brokers import BrokerFleet
-from streaming.rules.clients import ClientShard
 from streaming.rules.lifecycle import AlertTracker
 from streaming.rules.records import NO_TIME, first_after
+from streaming.rules.table import RESET_SUMMARY
 from streaming.times import utc_text
-
-RESET_SUMMARY = "reset"   # the summary of a key that a cluster_reset emptied
-EXPIRED_SUMMARY = "expired"   # brokers forgotten after state.entity.expiry.ms of silence
 
 
 def invalid_reason(ev: dict) -> str | None:
@@ -114,11 +110,9 @@ class KeyEngine:
         # events before `floor` arrived after we evaluated their time: applied now, and counted
         out.late = bisect_left(ready, floor, key=_event_time)
         # the passes read the table's state before the step: a reset within it would change that
-        plain = applied is None and not any(ev["event_type"] == CLUSTER_RESET for ev in ready)
-        if plain and isinstance(self.table, BrokerFleet):
-            ready = self.table.without_repeated_serves(ready)
-        elif plain and isinstance(self.table, ClientShard):
-            ready = self.table.without_quiet_runs(ready, floor)
+        if applied is None and self.settings.fast_paths_on and not any(ev["event_type"] == CLUSTER_RESET
+                                                                       for ev in ready):
+            ready = self.table.without_runs(ready, floor)
         deadline = self._deadline(floor)
         late_changes = False  # late events changed state: evaluate once at `floor`, after the run
         for ev in ready:
@@ -200,24 +194,21 @@ class KeyEngine:
         table.dirty = False
         table.advance(now)
         conditions = table.conditions(now)
-        one_shots = getattr(table, "one_shots", None)
+        one_shots = table.take_one_shots()
         if one_shots:
             conditions = one_shots + conditions
-            table.one_shots = []
         records = self.tracker.update(conditions, now)
-        if isinstance(table, BrokerFleet) and table.transitions:
-            _say_why_reversed(records, table.transitions)
-            out.transitions.extend(table.transitions)
-            table.transitions = []
+        transitions = table.take_transitions()
+        if transitions:
+            _say_why_reversed(records, transitions)
+            out.transitions.extend(transitions)
         out.alerts.extend(records)
         label = KINDS[self.kind].entity_label
         open_entities = {dict(a.labels).get(label) for a in self.tracker.open.values()} if label else set()
         gone = table.expire(now, lambda entity: str(entity) in open_entities or not label and bool(self.tracker.open))
-        if gone and isinstance(table, BrokerFleet):
-            # the metrics sink drops their series (streaming.sinks.metrics.Metrics.forget_brokers): a
-            # broker decommissioned, or a forged id, must not stay on /metrics for good
-            out.summaries.append({"cluster_id": self.cluster_id, "kind": EXPIRED_SUMMARY, "broker_ids": sorted(gone),
-                                  "fleet_empty": not table.brokers, "at_ms": now})
+        summary = table.expired_summary(gone, now) if gone else None
+        if summary is not None:
+            out.summaries.append({"cluster_id": self.cluster_id, **summary})
 
     def _deadline(self, now: int) -> int | None:
         candidates = [d for d in (self.table.next_deadline(now), self.tracker.next_deadline()) if d is not None]
@@ -246,15 +237,11 @@ class KeyEngine:
         # its summary would only bring back the series the reset dropped
         forgotten = (any(s["kind"] == RESET_SUMMARY for s in out.summaries)
                      and not getattr(table, self.kind))
-        if isinstance(table, BrokerFleet) and not forgotten and table.brokers:
-            # (a fleet whose every broker expired reports nothing: its series went with them)
-            out.status.extend(table.status_rows(table.touched))
-            out.summaries.append({"cluster_id": self.cluster_id, "kind": "cluster",
-                                  "metadata_epoch": table.cluster.newest_epoch})
-        elif isinstance(table, ClientShard) and not forgotten:
-            stale, overdue = table.summary(now)
-            out.summaries.append({"cluster_id": self.cluster_id, "kind": "clients", "shard": self.shard,
-                                  "stale_clients": stale, "overdue_clients": overdue})
+        if not forgotten:
+            status, summary = table.report(now)
+            out.status.extend(status)
+            if summary is not None:
+                out.summaries.append({"cluster_id": self.cluster_id, "shard": self.shard, **summary})
         out.touched, table.touched = table.touched, set()
         if out.late:
             out.summaries.append({"cluster_id": self.cluster_id, "kind": "late", "key_kind": self.kind,

@@ -1,6 +1,6 @@
 """Passes over a pack's Arrow columns that the processor runs before it builds any event dict:
-the brokers key leaves out repeated serves (streaming.rules.served_runs), the clients keys apply their
-quiet runs (streaming.rules.quiet_responses). The rules decide; this module only reads the
+the brokers key leaves out repeated serves (streaming.fastpath.served_runs), the clients keys apply their
+quiet runs (streaming.fastpath.quiet_responses). The rules decide; this module only reads the
 columns they need, exactly as rules.brokers.serve_columns and rules.clients.response_columns
 read them from dicts (tests/processor compares the two)."""
 
@@ -11,12 +11,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.engine.key_engine import KeyEngine
-from streaming.rules import records, served_runs
+from streaming.fastpath import served_runs
+from streaming.rules import records
 
 
 def repeated_serves(engine: KeyEngine, table: pa.Table, rows: np.ndarray) -> np.ndarray:
     """Which of ``rows`` (the rows of ``table`` the brokers key applies in this step, in the
-    engine's order) are serves that cannot change anything (streaming.rules.served_runs), found
+    engine's order) are serves that cannot change anything (streaming.fastpath.served_runs), found
     on Arrow columns before any dict is built or any row copied: most of the key's events are
     such serves. For streaming.spark.packs.ready_and_waiting's ``skip``."""
     columns = {name: values[rows] for name, values in serve_columns(table).items()}
@@ -26,7 +27,7 @@ def repeated_serves(engine: KeyEngine, table: pa.Table, rows: np.ndarray) -> np.
 
 def without_quiet_runs(engine: KeyEngine, ready: pa.Table) -> tuple[pa.Table | None, int]:
     """The clients key's ready events less the clients' quiet runs, applied here from Arrow
-    columns (streaming.rules.quiet_responses), and how many events that applied."""
+    columns (streaming.fastpath.quiet_responses), and how many events that applied."""
     done = engine.table.apply_quiet_responses(*response_columns(ready), floor=engine.horizon)
     if not done.any():
         return ready, 0

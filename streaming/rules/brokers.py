@@ -14,7 +14,7 @@ import numpy as np
 
 from streaming import events
 from streaming.config import RuleSettings
-from streaming.rules import served_runs
+from streaming.fastpath import served_runs
 from streaming.rules.lifecycle import Condition, condition
 from streaming.rules.records import (
     NO_TIME,
@@ -27,6 +27,7 @@ from streaming.rules.records import (
     over_capacity,
     utc,
 )
+from streaming.rules.table import EXPIRED_SUMMARY, RulesTable
 
 # A controller answer that means "you are an old incarnation" (KIP-343 / KRaft).
 REGRESSION_ERRORS = frozenset({events.INVALID_INCARNATION_ID, events.STALE_BROKER_EPOCH,
@@ -35,7 +36,7 @@ _SERVING = ("ACTIVE", "STOPPING")
 
 
 @dataclass
-class BrokerFleet:
+class BrokerFleet(RulesTable):
     cluster_id: str
     settings: RuleSettings
     cluster: ClusterRecord = field(default_factory=ClusterRecord)
@@ -208,9 +209,9 @@ class BrokerFleet:
         self._raise_newest(epoch, t)
         self._update_behind(b, t)
 
-    def without_repeated_serves(self, ready: list[dict]) -> list[dict]:
+    def without_runs(self, ready: list[dict], floor: int) -> list[dict]:
         """``ready`` (in the order the engine applies it) less the serves that cannot change
-        anything (streaming.rules.served_runs)."""
+        anything (streaming.fastpath.served_runs)."""
         if len(ready) < 3:
             return ready
         skip = self.repeated_serves(**serve_columns(ready))
@@ -452,6 +453,24 @@ class BrokerFleet:
                          "metadata_epoch_lag": max(0, newest - b.known_epoch) if b.known_epoch >= 0 else 0,
                          "restarts": b.restarts})
         return rows
+
+    def take_one_shots(self) -> list[Condition]:
+        taken, self.one_shots = self.one_shots, []
+        return taken
+
+    def take_transitions(self) -> list[dict]:
+        taken, self.transitions = self.transitions, []
+        return taken
+
+    def expired_summary(self, gone: list[int], now: int) -> dict | None:
+        # the metrics sink drops their series (streaming.sinks.metrics.Metrics.forget_brokers): a
+        # broker decommissioned, or a forged id, must not stay on /metrics for good
+        return {"kind": EXPIRED_SUMMARY, "broker_ids": sorted(gone), "fleet_empty": not self.brokers, "at_ms": now}
+
+    def report(self, now: int) -> tuple[list[dict], dict | None]:
+        if not self.brokers:   # a fleet whose every broker expired reports nothing: its series went with them
+            return [], None
+        return self.status_rows(self.touched), {"kind": "cluster", "metadata_epoch": self.cluster.newest_epoch}
 
 
 def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:

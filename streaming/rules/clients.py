@@ -9,13 +9,14 @@ from operator import attrgetter
 import numpy as np
 
 from streaming.config import RuleSettings
+from streaming.fastpath.quiet_responses import QuietRuns, quiet_runs
 from streaming.rules.lifecycle import Condition, condition
-from streaming.rules.quiet_responses import QuietRuns, quiet_runs
 from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, jumps, over_capacity, shard_cap, utc
+from streaming.rules.table import RulesTable
 
 
 @dataclass
-class ClientShard:
+class ClientShard(RulesTable):
     cluster_id: str
     settings: RuleSettings
     clients: dict[str, ClientRecord] = field(default_factory=dict)
@@ -64,10 +65,10 @@ class ClientShard:
             self.on_rebootstrap(c, ev, t)
         return first_after(self._client_deadlines(c), t)
 
-    def without_quiet_runs(self, ready: list[dict], floor: int) -> list[dict]:
+    def without_runs(self, ready: list[dict], floor: int) -> list[dict]:
         """``ready`` (in the order the engine applies it, nothing of it applied yet; ``floor``: the
         key's horizon before the step) less the clients' quiet runs, which are applied here
-        (streaming.rules.quiet_responses)."""
+        (streaming.fastpath.quiet_responses)."""
         if not ready:
             return ready
         done = self.apply_quiet_responses(*response_columns(ready), floor=floor)
@@ -224,13 +225,13 @@ class ClientShard:
     def expire(self, now: int, has_open_alert) -> list[str]:
         return expire(self.clients, now, self.settings.entity_expiry_ms, has_open_alert)
 
-    def summary(self, now: int) -> tuple[int, int]:
-        """(clients with an open stale incident, clients past the rebootstrap trigger)."""
+    def report(self, now: int) -> tuple[list[dict], dict | None]:
+        """Clients with an open stale incident, and clients past the rebootstrap trigger."""
         trigger = self.settings.rebootstrap_trigger_ms
         open_ = self._open()
         stale = sum(1 for c in open_ if c.stale_broker_ids)
         overdue = sum(1 for c in open_ if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= trigger)
-        return stale, overdue
+        return [], {"kind": "clients", "stale_clients": stale, "overdue_clients": overdue}
 
 
 def response_columns(events: list[dict]) -> tuple[dict[str, np.ndarray], list[str], list[str]]:

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from streaming.config import RuleSettings
 from streaming.rules.lifecycle import Condition, condition
 from streaming.rules.records import NO_TIME, CommitRecord, expire, jumps, over_capacity, shard_cap
+from streaming.rules.table import RulesTable
 
 
 @dataclass
-class CommitShard:
+class CommitShard(RulesTable):
     cluster_id: str
     settings: RuleSettings
     commits: dict[tuple[str, str, int], CommitRecord] = field(default_factory=dict)

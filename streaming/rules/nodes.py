@@ -9,6 +9,7 @@ from streaming import events
 from streaming.config import RuleSettings
 from streaming.rules.lifecycle import Condition, condition
 from streaming.rules.records import NO_TIME, NodeRecord, expire, over_capacity
+from streaming.rules.table import RulesTable
 
 MAX_TRACKED_CLIENTS = 1000
 JITTER_LOW, JITTER_HIGH = 0.8, 1.2
@@ -35,7 +36,7 @@ def follows_kip601(timeout_ms: int, failures_before: int, base_ms: int, max_ms: 
 
 
 @dataclass
-class NodeTable:
+class NodeTable(RulesTable):
     cluster_id: str
     settings: RuleSettings
     nodes: dict[int, NodeRecord] = field(default_factory=dict)

@@ -15,8 +15,8 @@ from typing import Iterable, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from streaming.engine.key_engine import EXPIRED_SUMMARY, RESET_SUMMARY
 from streaming.events import BROKER_STATES
+from streaming.rules.table import EXPIRED_SUMMARY, RESET_SUMMARY
 from streaming.spark.packs import INPUT_METRIC
 from streaming.spark.refusals import Refusals
 

@@ -201,7 +201,7 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
             horizon = min(horizon, request.clock_ms)
     # The engine gets only what it applies now: the rest waits as Arrow, never as dicts.
     # the passes read the state before the step: a reset (epochwatch reset-cluster) changes it
-    plain = not (_has_reset(table) or _has_reset(stored.waiting))
+    plain = request.settings.fast_paths_on and not (_has_reset(table) or _has_reset(stored.waiting))
     skip = functools.partial(column_passes.repeated_serves, engine) if kind == "brokers" and plain else None
     ready, waiting = ready_and_waiting(stored.waiting, table, max(horizon, engine.horizon), skip)
     # None: the engine runs its own pass on the dicts too

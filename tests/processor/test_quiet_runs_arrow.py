@@ -1,9 +1,11 @@
 """The processor applies the clients' quiet runs from Arrow columns before it builds any dict
-(streaming.rules.quiet_responses). That early pass must read the same columns the engine's own
+(streaming.fastpath.quiet_responses). That early pass must read the same columns the engine's own
 pass reads from dicts, and a clients key must emit and store exactly what it does applying every
 event one by one."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from streaming.config import RuleSettings
 from streaming.engine.key_engine import KeyEngine
 from streaming.fastpath import column_passes
-from streaming.rules.clients import ClientShard, response_columns
+from streaming.rules.clients import response_columns
 from streaming.spark.packs import read_packs, ready_and_waiting, to_dicts
 from streaming.spark.routing import shard_of
 from streaming.tools.simulate import ClusterShape, run_scenario
@@ -49,12 +51,8 @@ def test_arrow_and_dict_columns_agree():
 def _run(events: list[dict], key: tuple, batch: int, quiet: bool, rules: RuleSettings) -> list:
     """Feed a clients key batch by batch (EventTime, so events wait in the buffer and some come
     late); every output row and the final state."""
-    with pytest.MonkeyPatch.context() as mp:
-        if not quiet:
-            mp.setattr(column_passes, "without_quiet_runs", lambda engine, ready: (ready, 0))
-            mp.setattr(ClientShard, "without_quiet_runs", lambda self, ready, floor: ready)
-        tester, rows = feed_in_batches(events, key, batch, rules)
-        state = (tester.peekValueState("clients", key), tester.peekListState("alerts", key))
+    tester, rows = feed_in_batches(events, key, batch, rules if quiet else dataclasses.replace(rules, fast_paths="off"))
+    state = (tester.peekValueState("clients", key), tester.peekListState("alerts", key))
     return [rows, state]
 
 

@@ -1,9 +1,10 @@
 """The processor skips repeated serves on Arrow columns before it builds dicts
-(streaming.rules.served_runs). That early pass must read the same columns the engine's own pass
+(streaming.fastpath.served_runs). That early pass must read the same columns the engine's own pass
 reads from dicts, and a brokers key must emit exactly what it emits applying every event."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from streaming.config import RuleSettings
 from streaming.engine.key_engine import KeyEngine
 from streaming.fastpath import column_passes
-from streaming.rules.brokers import BrokerFleet, serve_columns
+from streaming.rules.brokers import serve_columns
 from streaming.spark.packs import read_packs, ready_and_waiting, to_dicts
 from streaming.tools.simulate import ClusterShape, run_scenario
 from tests.processor.key_feed import feed_in_batches, packed
@@ -38,13 +39,9 @@ def test_arrow_and_dict_columns_agree():
 def _run(events: list[dict], key: tuple, batch: int, skip: bool, rules: RuleSettings) -> list:
     """Feed a brokers key batch by batch (EventTime, so events wait in the buffer and some come
     late); every output row and the final state."""
-    with pytest.MonkeyPatch.context() as mp:
-        if not skip:
-            mp.setattr(column_passes, "repeated_serves", lambda engine, table, rows: np.zeros(len(rows), bool))
-            mp.setattr(BrokerFleet, "without_repeated_serves", lambda self, ready: ready)
-        tester, rows = feed_in_batches(events, key, batch, rules)
-        state = (tester.peekValueState("brokers", key), tester.peekValueState("cluster", key),
-                 tester.peekListState("alerts", key))
+    tester, rows = feed_in_batches(events, key, batch, rules if skip else dataclasses.replace(rules, fast_paths="off"))
+    state = (tester.peekValueState("brokers", key), tester.peekValueState("cluster", key),
+             tester.peekListState("alerts", key))
     return [rows, state]
 
 

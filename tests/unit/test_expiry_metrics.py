@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from streaming.config import RuleSettings
-from streaming.engine.key_engine import EXPIRED_SUMMARY, KeyEngine
+from streaming.engine.key_engine import KeyEngine
+from streaming.rules.table import EXPIRED_SUMMARY
 from tests.unit.rules.builders import CLUSTER, hb
 from tests.unit.test_metrics import scrape
 from tests.unit.test_reset_metrics import Batches, series_of

@@ -1,4 +1,4 @@
-"""ClientShard.without_quiet_runs: a client whose step events are all quiet metadata responses
+"""ClientShard.without_runs (streaming.fastpath.quiet_responses): a client whose step events are all quiet metadata responses
 gets them applied at once. That is only worth having if it is exact, so the engine with it must
 give exactly what the engine gives applying every event: alerts, summaries, late counts,
 invalid events, deadlines and the final state."""
@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from streaming.config import RuleSettings
 from streaming.engine.key_engine import KeyEngine
 from streaming.engine.local import detect_all
-from streaming.rules.clients import ClientShard
 from streaming.tools.simulate import SCENARIOS, run_scenario
 from tests.unit.fuzz.event_strategies import examples
 from tests.unit.rules.builders import CLUSTER, batchings, failed, rebootstrap, response
@@ -30,14 +29,14 @@ def _one_by_one(first: list[dict], then: list[dict], horizon: int | None = None)
     if first:
         engine.step(first, max(e["event_time"] for e in first))
     left = []
-    without = engine.table.without_quiet_runs
+    without = engine.table.without_runs
 
     def recording(ready, floor):
         rest = without(ready, floor)
         left.extend(ev["event_time"] for ev in rest)
         return rest
 
-    engine.table.without_quiet_runs = recording
+    engine.table.without_runs = recording
     engine.step(then, horizon if horizon is not None else max(e["event_time"] for e in then))
     return left
 
@@ -90,12 +89,9 @@ def test_a_quiet_run_leaves_the_record_as_its_responses_one_by_one():
     events = [response(100, "a", 1, 7, cluster=None), response(200, "a", 2, 8), response(300, "a", 1, 8)]
     records = []
     for quiet in (True, False):
-        with pytest.MonkeyPatch.context() as mp:
-            if not quiet:
-                mp.setattr(ClientShard, "without_quiet_runs", lambda self, ready, floor: ready)
-            engine = KeyEngine.new("clients", CLUSTER, 0, RuleSettings())
-            engine.step(events, 300)
-            records.append(dataclasses.asdict(engine.table.clients["a"]))
+        engine = KeyEngine.new("clients", CLUSTER, 0, RuleSettings(fast_paths="on" if quiet else "off"))
+        engine.step(events, 300)
+        records.append(dataclasses.asdict(engine.table.clients["a"]))
     assert records[0] == records[1]
     assert (records[0]["accepted_epoch"], records[0]["accepted_ms"], records[0]["known_cluster_id"]) == (8, 300, "kc-1")
 
@@ -106,18 +102,16 @@ def _run_both(events, batches, rule_settings):
     """Step two engines through the same batches: the second applies every event one by one."""
     outputs = []
     for quiet in (True, False):
-        with pytest.MonkeyPatch.context() as mp:
-            if not quiet:
-                mp.setattr(ClientShard, "without_quiet_runs", lambda self, ready, floor: ready)
-            engine = KeyEngine.new("clients", CLUSTER, 0, rule_settings)
-            steps = []
-            for batch, horizon in batches(events):
-                r = engine.step(batch, horizon)
-                steps.append((r.alerts, r.summaries, r.late, r.deadline,
-                              [(ev["event_id"], reason) for ev, reason in r.invalid]))
-            final = ({c: dataclasses.asdict(rec) for c, rec in engine.table.clients.items()},
-                     engine.tracker.to_rows(), engine.horizon, engine.buffer)
-            outputs.append((steps, final))
+        engine = KeyEngine.new("clients", CLUSTER, 0,
+                               rule_settings if quiet else dataclasses.replace(rule_settings, fast_paths="off"))
+        steps = []
+        for batch, horizon in batches(events):
+            r = engine.step(batch, horizon)
+            steps.append((r.alerts, r.summaries, r.late, r.deadline,
+                          [(ev["event_id"], reason) for ev, reason in r.invalid]))
+        final = ({c: dataclasses.asdict(rec) for c, rec in engine.table.clients.items()},
+                 engine.tracker.to_rows(), engine.horizon, engine.buffer)
+        outputs.append((steps, final))
     return outputs
 
 
@@ -158,9 +152,19 @@ def test_the_pass_changes_nothing_the_engine_reports(events, cut, rule_settings)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_every_incident_gives_the_same_alerts_without_the_pass(name, monkeypatch):
+def test_every_incident_gives_the_same_alerts_without_the_pass(name):
     result = run_scenario(name)
     settings_, until = result.truth.rule_settings(), result.truth.end_ms
     with_pass = detect_all(result.events, settings_, until=until)
-    monkeypatch.setattr(ClientShard, "without_quiet_runs", lambda self, ready, floor: ready)
-    assert detect_all(result.events, settings_, until=until) == with_pass
+    assert detect_all(result.events, dataclasses.replace(settings_, fast_paths="off"), until=until) == with_pass
+
+
+def test_with_fast_paths_off_no_table_pass_runs():
+    """The switch the equivalence tests flip must reach the engine: off, no pass is asked."""
+    def refuse(ready, floor):
+        raise AssertionError("a fast path ran with rules.fast.paths off")
+
+    for kind in ("clients", "brokers"):
+        engine = KeyEngine.new(kind, CLUSTER, 0, RuleSettings(fast_paths="off"))
+        engine.table.without_runs = refuse
+        engine.step([response(100, "a", 1, 7), response(200, "a", 1, 7), response(300, "a", 1, 7)], 300)

@@ -1,6 +1,6 @@
-"""BrokerFleet.without_repeated_serves: the brokers key skips served epochs that cannot change
+"""BrokerFleet.without_runs (streaming.fastpath.served_runs): the brokers key skips served epochs that cannot change
 anything. The filter is only worth having if it is exact, so the engine with it must give exactly
-what the engine gives applying every event: alerts, transitions, status rows, summaries, late
+what the engine gives applying every event (rules.fast.paths off): alerts, transitions, status rows, summaries, late
 counts, deadlines and the final state."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from streaming.config import RuleSettings
 from streaming.engine.key_engine import KeyEngine
 from streaming.engine.local import detect_all
-from streaming.rules.brokers import BrokerFleet
 from streaming.tools.simulate import SCENARIOS, run_scenario
 from tests.unit.fuzz.event_strategies import examples
 from tests.unit.rules.builders import CLUSTER, batchings, hb, response, update
@@ -119,27 +118,25 @@ def test_a_serve_older_than_the_last_one_stored_starts_no_run():
 
 # --- exactness: the engine with the filter against the engine without it ----------------------
 
-def _unfiltered(monkeypatch):
-    monkeypatch.setattr(BrokerFleet, "without_repeated_serves", lambda self, ready: ready)
+def _plain(rule_settings: RuleSettings) -> RuleSettings:
+    """The same settings with rules.fast.paths off: every event through the rules one by one."""
+    return dataclasses.replace(rule_settings, fast_paths="off")
 
 
 def _run_both(events, batches, rule_settings):
     """Step two engines through the same batches: the second applies every event."""
     outputs = []
     for filtered in (True, False):
-        with pytest.MonkeyPatch.context() as mp:
-            if not filtered:
-                _unfiltered(mp)
-            engine = KeyEngine.new("brokers", CLUSTER, 0, rule_settings)
-            steps = []
-            for batch, horizon in batches(events):
-                r = engine.step(batch, horizon)
-                steps.append((r.alerts, r.transitions, r.status, r.summaries, r.late, r.deadline,
-                              [(ev["event_id"], reason) for ev, reason in r.invalid]))
-            final = (dataclasses.asdict(engine.table.cluster),
-                     {b: dataclasses.asdict(rec) for b, rec in engine.table.brokers.items()},
-                     engine.tracker.to_rows(), engine.horizon, engine.buffer)
-            outputs.append((steps, final))
+        engine = KeyEngine.new("brokers", CLUSTER, 0, rule_settings if filtered else _plain(rule_settings))
+        steps = []
+        for batch, horizon in batches(events):
+            r = engine.step(batch, horizon)
+            steps.append((r.alerts, r.transitions, r.status, r.summaries, r.late, r.deadline,
+                          [(ev["event_id"], reason) for ev, reason in r.invalid]))
+        final = (dataclasses.asdict(engine.table.cluster),
+                 {b: dataclasses.asdict(rec) for b, rec in engine.table.brokers.items()},
+                 engine.tracker.to_rows(), engine.horizon, engine.buffer)
+        outputs.append((steps, final))
     return outputs
 
 
@@ -210,9 +207,8 @@ def test_heartbeats_inside_runs_change_nothing_the_engine_reports(events, cut, r
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_every_incident_gives_the_same_alerts_without_the_filter(name, monkeypatch):
+def test_every_incident_gives_the_same_alerts_without_the_filter(name):
     result = run_scenario(name)
     settings_, until = result.truth.rule_settings(), result.truth.end_ms
     with_filter = detect_all(result.events, settings_, until=until)
-    _unfiltered(monkeypatch)
-    assert detect_all(result.events, settings_, until=until) == with_filter
+    assert detect_all(result.events, _plain(settings_), until=until) == with_filter
