@@ -35,13 +35,13 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from streaming.config import RuleSettings  # noqa: E402
 from streaming.tools.embedded import create_topics, free_port  # noqa: E402
 from streaming.tools.kafka_cluster import KafkaCluster  # noqa: E402
 from tests.helpers import wait_until  # noqa: E402
 from tests.integration.faults.processes import descendants, engine_hosts, python_workers, resident_kib  # noqa: E402
 from tests.integration.faults.support import JobProcess, LiveTelemetry, TopicTail, write_job_config  # noqa: E402
-from tests.integration.observability.services import (  # noqa: E402
-    WebhookReceiver, alertmanager_process, render_alertmanager_config)
+from tests.integration.observability.services import WebhookReceiver, alertmanager_process, render_alertmanager_config  # noqa: E402
 
 CLUSTER = "faults"
 BROKERS = [1, 2, 3]
@@ -81,12 +81,21 @@ def judge(episodes, records) -> tuple[int, int, int]:
     return whole, lost, forked
 
 
-def unexplained(episodes, records) -> list[str]:
+def unexplained(episodes, records, rules: RuleSettings = RuleSettings()) -> list[str]:
     """Alert records that no episode explains (another broker, another alert): what the faults
-    themselves raised."""
+    themselves raised. A broker silenced and healed again and again is flapping: BrokerFlapping
+    is explained by the episodes (two transitions each) that fall in its window."""
+    def flapped(b: str, starts_at: int) -> bool:
+        window = [t0 for broker, t0, _ in episodes
+                  if str(broker) == b and starts_at - rules.flapping_window_ms <= t0 <= starts_at]
+        return 2 * len(window) >= rules.flapping_transitions
+
     def explained(r):
-        return any(r["alertname"] == ALERT and r["labels"].get("broker_id") == str(b) and t0 - 1000 <= r["starts_at"] <= t1
-                   for b, t0, t1 in episodes)
+        b = r["labels"].get("broker_id")
+        if r["alertname"] == "BrokerFlapping":
+            return flapped(b, r["starts_at"])
+        return any(r["alertname"] == ALERT and b == str(broker) and t0 - 1000 <= r["starts_at"] <= t1
+                   for broker, t0, t1 in episodes)
     return sorted({f"{r['alertname']}{{{r['labels'].get('broker_id', '')}}}" for r in records if not explained(r)})
 
 

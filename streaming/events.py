@@ -231,21 +231,24 @@ class JsonLinesError(EventError):
         self.code = code
 
 
-def read_jsonl(stream: IO[str], *, validate: bool = True) -> Iterator[dict | JsonLinesError]:
-    """Yield events, or a JsonLinesError for a bad line (the caller decides: DLQ or stop).
-
-    Blank lines and lines starting with ``#`` are skipped.
-    """
+def json_lines(stream: IO[str]) -> Iterator[tuple[int, str, object | JsonLinesError]]:
+    """Every JSON Lines file the project reads (recordings, alerts, transitions): (line number,
+    text, the value or a JsonLinesError for a line that is no JSON). Blank lines and lines
+    starting with ``#`` are skipped."""
     for line_no, line in enumerate(stream, 1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue
         try:
-            obj = json.loads(text)
+            yield line_no, text, json.loads(text)
         except json.JSONDecodeError as exc:
-            yield JsonLinesError(line_no, f"not JSON: {exc.msg} at column {exc.colno}", text)
-            continue
-        if not validate:
+            yield line_no, text, JsonLinesError(line_no, f"not JSON: {exc.msg} at column {exc.colno}", text)
+
+
+def read_jsonl(stream: IO[str], *, validate: bool = True) -> Iterator[dict | JsonLinesError]:
+    """Yield events, or a JsonLinesError for a bad line (the caller decides: DLQ or stop)."""
+    for line_no, text, obj in json_lines(stream):
+        if not validate or isinstance(obj, JsonLinesError):
             yield obj
             continue
         try:

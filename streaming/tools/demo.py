@@ -78,8 +78,10 @@ def load_events(writer, events: list[dict], partitions: int) -> None:
         writer.write([events[i]])
 
 
-def read_topic(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0) -> list:
-    """Every record of a topic from the beginning, until ``expected`` arrived (or the deadline)."""
+def read_topic(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0,
+               keep=lambda message: message) -> list:
+    """Every record of a topic from the beginning, until ``expected`` arrived (or the deadline);
+    ``keep`` says what of each record to keep (the record itself by default)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"epochwatch-demo-{time.time_ns()}",
@@ -91,7 +93,7 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.
         while len(records) < expected and time.monotonic() < deadline:
             for msg in consumer.consume(500, timeout=0.5):
                 if msg.error() is None:
-                    records.append(msg)
+                    records.append(keep(msg))
         return records
     finally:
         consumer.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -58,14 +57,9 @@ class Incident:
 # --- reading --------------------------------------------------------------------------------
 
 def _json_lines(stream: IO[str], name: str) -> Iterable[tuple[int, dict]]:
-    for line_no, line in enumerate(stream, 1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ReportInputError(f"{name}:{line_no}: not JSON ({exc.msg} at column {exc.colno})") from None
+    for line_no, _, obj in events.json_lines(stream):
+        if isinstance(obj, events.JsonLinesError):
+            raise ReportInputError(f"{name}:{obj.line_no}: {obj.reason}")
         if not isinstance(obj, dict):
             raise ReportInputError(f"{name}:{line_no}: expected a JSON object")
         yield line_no, obj

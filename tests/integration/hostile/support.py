@@ -68,23 +68,10 @@ def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes | None, by
 def dead_letter_headers(bootstrap: str, topic: str, expected: int, timeout_s: float = 120.0) -> list[dict]:
     """The headers of a topic's records (as text) until ``expected`` arrived or the deadline; the
     values are let go as they come (they may add up to gigabytes)."""
-    import time
-
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
+    from streaming.tools.demo import read_topic
     from udfs.dead_letters import headers_to_dict
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"hostile-{time.time_ns()}",
-                         "enable.auto.commit": False})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
-        found, deadline = [], time.monotonic() + timeout_s
-        while len(found) < expected and time.monotonic() < deadline:
-            found += [headers_to_dict(m.headers()) for m in consumer.consume(500, timeout=0.5) if m.error() is None]
-        return found
-    finally:
-        consumer.close()
+    return read_topic(bootstrap, topic, expected, timeout_s, keep=lambda m: headers_to_dict(m.headers()))
 
 
 def exit_code(job, timeout_s: float) -> int:
