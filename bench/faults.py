@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 from streaming.config import RuleSettings  # noqa: E402
 from streaming.tools.embedded import create_topics, free_port  # noqa: E402
 from streaming.tools.kafka_cluster import KafkaCluster  # noqa: E402
-from tests.helpers import wait_until  # noqa: E402
+from tests.support.polling import wait_until  # noqa: E402
 from tests.integration.faults.processes import descendants, engine_hosts, python_workers, resident_kib  # noqa: E402
 from tests.integration.faults.support import JobProcess, LiveTelemetry, TopicTail, write_job_config  # noqa: E402
 from tests.integration.observability.services import WebhookReceiver, alertmanager_process, render_alertmanager_config  # noqa: E402
@@ -275,7 +275,7 @@ def flood(rig: Rig, records: int) -> Phase:
     """Hostile records on the events topic while the cluster's telemetry goes on."""
     from confluent_kafka import Producer
 
-    from tests.unit.rules.builders import hb
+    from tests.support.builders import hb
     from udfs import avro_codec
 
     phase = Phase(f"hostile flood {records:,} records")

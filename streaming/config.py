@@ -128,8 +128,9 @@ class RuleSettings:
     max_nodes: int = field(default=10_000, metadata=_alias("state.max.nodes.per.cluster"))
     max_clients: int = field(default=1_000_000, metadata=_alias("state.max.clients.per.cluster"))
     max_commit_partitions: int = field(default=1_000_000, metadata=_alias("state.max.commit.partitions.per.cluster"))
-    # and how many clusters one job may hold (streaming.spark.cluster_gate): a fleet of 1,000 clusters
-    # was measured (bench/RESULTS.md, many clusters); more belong in more jobs
+    # and how many clusters one job may hold (streaming.spark.cluster_gate): a bound against invented
+    # cluster ids; a job's batch time grows with its clusters' state keys, so more clusters belong
+    # in more jobs (figures: bench/RESULTS.md, Many clusters: 1 against 1,000)
     max_clusters: int = field(default=10_000, metadata=_alias("state.max.clusters"))
     # The one switch of streaming.fastpath: off, every event goes through the rules one by one
     # (slower, the same alerts: the equivalence tests flip it); for telling a fast path's defect

@@ -194,8 +194,8 @@ def admit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, i
     if max_rows is None or total <= max_rows:
         return dict(latest)
     # Every partition with a backlog gets a record first, when the limit allows: shared by backlog
-    # alone, a partition of a few records beside one of millions got none, batch after batch, and
-    # the batch's clock waits for a partition behind (udfs.read_progress): every key would wait too.
+    # alone, a partition of a few records beside one of millions would get none, batch after batch,
+    # and the batch's clock waits for a partition behind (udfs.read_progress): every key would wait too.
     behind = sum(1 for b in backlog.values() if b)
     floor = {tp: 1 if backlog[tp] and max_rows >= behind else 0 for tp in backlog}
     rest, rest_total = max_rows - sum(floor.values()), total - sum(floor.values())
@@ -279,9 +279,9 @@ def group_ranges(ranges: list[OffsetRange], records_per_task: int | None,
                  min_tasks: int | None = None) -> list[list[OffsetRange]]:
     """The ranges each Spark task reads, one after the other.
 
-    A task has a fixed cost whatever it reads (~50-100 ms on the shared 2-core host: the Python
-    worker, a Kafka consumer, the shuffle files), which a live micro-batch of a few thousand
-    records per partition pays once per partition. With ``records_per_task`` the ranges go into
+    A task has a fixed cost whatever it reads (the Python worker, a Kafka consumer, the shuffle
+    files; figures: bench/RESULTS.md, Live detection latency), which a live micro-batch of a few
+    thousand records per partition pays once per partition. With ``records_per_task`` the ranges go into
     about one task per that many records, never fewer tasks than ``min_tasks`` (the cores, so
     that none idles) and a multiple of it, and never more than the ranges: a large batch keeps
     one task per range. Largest range first into the least loaded task.

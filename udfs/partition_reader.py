@@ -36,7 +36,7 @@ _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto
 _CONSUME_WAIT_S = 0.5
 # A chunk is decoded and converted in one piece, so it is bounded in bytes as well as in records:
 # a record may be as large as its producer allowed, and thousands of 300 KB records asked for at
-# once were gigabytes in one task. Reads ask for one record first, then twice as many each time,
+# once would be gigabytes in one task. Reads ask for one record first, then twice as many each time,
 # up to READ_RECORDS and to as many as fit CHUNK_BYTES at the largest record's size seen so far;
 # they are gathered into chunks. A chunk holds at most CHUNK_BYTES plus one read: READ_RECORDS
 # records when large ones follow small ones (at most 256 MB with Kafka's 1 MB record limit).
@@ -210,7 +210,7 @@ def _on_errors(consumer, span: OffsetRange, next_offset: int, failed: list,
                 # The log now ends before the range: the topic was re-created (or truncated) after
                 # the batch was planned. The range's records are gone; the new log's records are the
                 # next batches' (planned from the reset offsets). Read from 0 instead, this range
-                # waited for offsets up to its end that the new log might reach minutes later.
+                # would wait for offsets up to its end that the new log might reach minutes later.
                 log.warning("%s is past the partition's end %d (re-created or truncated): records up to %d "
                             "are lost (failOnDataLoss=false)", where, high, span.end)
                 return None, False

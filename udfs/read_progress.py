@@ -1,5 +1,5 @@
 """How far in event time the events topic has been read, when some partitions are behind
-(driver side, issue 27).
+(driver side).
 
 With ``maxOffsetsPerTrigger`` the partitions of the events topic advance unevenly: a budget shared
 by backlog lets a partition of sparse events run ahead of one of dense events in event time. The

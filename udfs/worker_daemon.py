@@ -5,11 +5,11 @@ that holds nothing to import, and no full garbage collection after every task (F
 Spark puts its pyspark.zip, its py4j zip and its spark-core jar first on every Python worker's
 path. Imported from a zip, each module a new worker loads is compiled from source (zipimport keeps
 no bytecode cache), and every task re-reads the directory of each archive on the path (the worker
-calls importlib.invalidate_caches()): ~9 ms for pyspark.zip and ~35 ms for the jar's 6,000
-entries, per task. When the same release is installed as a package (epochwatch depends on
-pyspark, so it is), the zips are taken off the path before anything is imported from them, and
-so is a jar without a Python module in it (a pip-installed Spark's jar has none); otherwise they
-stay.
+calls importlib.invalidate_caches()): tens of milliseconds per task for pyspark.zip and the jar's
+6,000 entries (figures: bench/RESULTS.md, Stateful stage throughput). When the same release is
+installed as a package (epochwatch depends on pyspark, so it is), the zips are taken off the path
+before anything is imported from them, and so is a jar without a Python module in it (a
+pip-installed Spark's jar has none); otherwise they stay.
 """
 
 from __future__ import annotations
@@ -85,10 +85,9 @@ class FreezeBetweenTasks:
     """What pyspark.daemon sees as the ``gc`` module.
 
     A reused worker runs ``gc.collect()`` after every task: a full collection, which in a worker
-    that keeps its state keys' engines (100,000 clients: ~590,000 objects) took ~470 ms per task,
-    ~70 ms in a source worker; and the collector's own full collections, ~1.5 per micro-batch,
-    cost half as much again. Measured in the live job at 10,000 events/s, that was more than half of
-    the two cores.
+    that keeps its state keys' engines (hundreds of thousands of objects for 100,000 clients) costs
+    hundreds of milliseconds per task, and the collector's own full collections come on top: in
+    the live job, more than half of the CPU (figures: bench/RESULTS.md, Live detection latency).
 
     Here a task's end collects the young generations, then freezes what survived
     (``gc.freeze``): later collections, automatic ones included, only look at objects made since.

@@ -146,7 +146,8 @@ def console_consumer_command(java: str, libs: Path, bootstrap_servers: str, grou
             "--consumer-property",
             "partition.assignment.strategy=org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
             # one fetch per broker a second however busy the groups are (the default answers each
-            # new commit at once: 15 fetches/s per broker at 50 commits/s); a round is 2 s anyway
+            # new commit at once, many fetches a second on busy groups); a round is 2 s anyway
+            # (figures: bench/RESULTS.md, Collector load on the watched cluster)
             "--consumer-property", "fetch.min.bytes=1048576",
             "--consumer-property", "fetch.max.wait.ms=1000",
             "--consumer-property", f"client.id={client_id}"]

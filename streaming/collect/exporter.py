@@ -112,8 +112,8 @@ def parse(text: str) -> NodeMetrics:
 
 def scrape(url: str, timeout_s: float, fetch=None) -> NodeMetrics:
     """One exporter page. The standard library's client: the collector scrapes every node at once
-    from a thread pool, where requests (over urllib3-future here) timed out on pages that
-    urllib answered in a second."""
+    from a thread pool, where requests (over urllib3-future here) time out on pages that urllib
+    reads in time."""
     try:
         text = (fetch or _fetch)(url, timeout_s)
     except (OSError, ValueError) as exc:  # URLError, HTTPError and timeouts are OSErrors

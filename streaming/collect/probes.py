@@ -112,8 +112,8 @@ class ClusterProbe:
     """One kafka-python admin client to the watched cluster, kept across rounds while it answers.
 
     kafka-python bootstraps from one server picked at random and waits for it up to the whole
-    bootstrap timeout (30 s by default): a paused broker on the list held a fresh collector at
-    "unreachable" for rounds on end while the other brokers answered. So each server is tried in
+    bootstrap timeout (30 s by default): a paused broker on the list would hold a fresh collector at
+    "unreachable" for rounds on end while the other brokers answer. So each server is tried in
     turn, one request timeout each, the brokers learned from earlier answers after the configured
     ones; and a client that failed ``rebuild_after`` calls in a row is dropped and bootstrapped
     anew (its connections may all lead to processes that are gone or stopped)."""
@@ -181,7 +181,7 @@ class ClusterProbe:
         """``request``'s response from one broker: the one that answered last, else each known
         broker in turn, one request timeout each. (kafka-python's own admin calls go to a random
         broker without a request in flight and wait for it 10 s: a paused broker on the list
-        made DescribeCluster fail, round after round, while the others would have answered.)"""
+        would fail DescribeCluster round after round while the others could answer.)"""
         async def ask(admin):
             manager = admin._manager
             known = sorted(b.node_id for b in manager.cluster.brokers()) or [

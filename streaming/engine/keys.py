@@ -27,8 +27,9 @@ class KeyKind:
     owns: frozenset[str]          # the event types whose owner this kind is
     sharded_by: str | None = None      # the event field that spreads entities over shards
     entity_label: str | None = None    # the alert label that names an entity (expiry summaries)
-    # state as one JSON table per key, rewritten each step; otherwise one typed ListState row per
-    # entity (nodes: few, rarely changed). Why: bench/RESULTS.md, "state layout".
+    # state as one JSON table per key, rewritten each step: the state API pays a round trip to the
+    # JVM per ListState row; otherwise one typed ListState row per entity (nodes: few, rarely changed).
+    # figures: bench/RESULTS.md, State layout: one key per entity vs sharded keys
     json_state: bool = True
     # the rules mark each record they change as touched, so a step re-reads only those rows
     incremental_json: bool = False

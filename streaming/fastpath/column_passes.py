@@ -2,7 +2,7 @@
 the brokers key leaves out repeated serves (streaming.fastpath.served_runs), the clients keys apply their
 quiet runs (streaming.fastpath.quiet_responses). The rules decide; this module only reads the
 columns they need, exactly as rules.brokers.serve_columns and rules.clients.response_columns
-read them from dicts (tests/processor compares the two)."""
+read them from dicts (tests/spark compares the two)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ responses in between, so such a run can be applied at once, as its last response
 - the client has no failure, stale incident or cluster-id mismatch open (checked against its
   record, with the run's first epoch and cluster id: ClientShard.apply_quiet_runs).
 
-tests/unit/rules/test_quiet_responses.py compares every output and the final state with the
+tests/fastpath/test_quiet_responses.py compares every output and the final state with the
 engine applying every event. One function over columns: the Spark processor runs it on Arrow
 before building any dict, the engine on the dicts of a step.
 """

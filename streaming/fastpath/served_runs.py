@@ -7,14 +7,14 @@ time is only ever compared against the lag grace (``BrokerFleet._lagging`` and i
 serve can be skipped when, for its broker, the events just before and after it in the step are
 serves of the same epoch, no update that may raise the cluster's newest epoch lies in between,
 and the serves kept around it are less than the grace apart: no condition, deadline or dirty flag
-can tell the difference (tests/unit/rules/test_served_runs.py compares every output and the final
+can tell the difference (tests/fastpath/test_served_runs.py compares every output and the final
 state with the engine applying every event).
 
 The broker's own heartbeats end its run only while it serves an epoch behind the cluster's
 newest: a heartbeat can restart a lagging broker's lag clock or take it out of serving, and
 ``last_served_ms`` then counts. A broker serving the newest epoch is behind on nothing, so nothing
-reads that time (a broker heartbeats every 2 s: ending runs there, the head-to-head fleet's
-brokers key applied 1.5x the serves it needs).
+reads that time (a broker heartbeats every 2 s: ending runs there would keep many serves that
+change nothing; figures: bench/RESULTS.md, Head to head).
 
 Kept in each run: its first and last serve, and the first and last serve of every half-grace
 bucket of time, so that consecutive kept serves are always less than the grace apart.
@@ -109,8 +109,8 @@ def _broker_codes(broker: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Broker ids of a cluster span a few thousand values at most: offsets from the smallest fit in
     16 bits, which numpy sorts stably by radix, several times faster than np.unique's or lexsort's
-    comparison sorts over a catch-up batch's ~850,000 rows. Ids spread wider (absurd ones from
-    hostile input) take np.unique."""
+    comparison sorts over the hundreds of thousands of rows of a catch-up batch (figures:
+    bench/RESULTS.md, Head to head). Ids spread wider (absurd ones from hostile input) take np.unique."""
     low = int(broker.min(initial=0))
     span = int(broker.max(initial=0)) - low + 1
     if span <= 1 << 16:

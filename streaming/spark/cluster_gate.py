@@ -12,10 +12,10 @@ refuses the events of a cluster past the cap (:class:`ClusterGate`, dead-letter 
 New clusters are admitted in the task that meets them while the cap has room. Tasks of one batch
 do not see each other's admissions (and the listener that updates the file runs after the
 batch): a cluster's events usually come from several tasks, and a share of the room per task
-refused a new cluster in every task while the job was far below the cap (measured: a second
-cluster of two, cap 2, lost its first batch). So every task may fill the room: a flood of new
-ids can leave up to the cap times the batch's tasks of clusters with state for one batch; the
-registry keeps the cap, the others are refused from the next batch on and their state expires.
+would refuse a new cluster in every task while the job is far below the cap. So every task may
+fill the room: a flood of new ids can leave up to the cap times the batch's tasks of clusters
+with state for one batch; the registry keeps the cap, the others are refused from the next batch
+on and their state expires.
 A cluster unseen for ``rules.state.entity.expiry.ms`` leaves the set: by then its entities have
 expired and its state is gone.
 """

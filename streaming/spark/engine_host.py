@@ -1,17 +1,17 @@
 """Engine hosts: one long-lived process per state partition and Python worker daemon that keeps
 the partition's key engines between micro-batches.
 
-Why: Spark hands a micro-batch's tasks whichever Python worker went idle first, so in about half
-of the live micro-batches a state partition's task ran in the other worker and every key of it
-rebuilt its engine from the state store: 300-640 ms per task, the slow tail of live detection
-latency (bench/RESULTS.md, live, sessions 9-12). The processor now sends each key's step (its
-packs and meta, and its stored state when the host asks for it) to its partition's host over a
-Unix socket and writes back what the step returns (streaming.spark.key_steps).
+Why: Spark hands a micro-batch's tasks whichever Python worker went idle first, so a state
+partition's task often runs in another worker than its last one, where every key of it would
+rebuild its engine from the state store: the slow tail of live detection latency (figures:
+bench/RESULTS.md, Live detection latency). So the processor sends each key's step (its packs and
+meta, and its stored state when the host asks for it) to its partition's host over a Unix socket
+and writes back what the step returns (streaming.spark.key_steps).
 
 The state store stays the only truth: a host's engines are a cache checked against the
 generation stored with each key, so a host that died, a retried micro-batch or a partition that
 moved to another executor costs a rebuild, nothing else. If a host cannot be reached the task
-steps its keys in the Python worker, as before hosts existed.
+steps its keys in its own Python worker.
 
 Lifecycle: a partition's first task starts its host (a lock file keeps it to one per address);
 the host exits when the worker daemon it belongs to is gone, or after ``IDLE_EXIT_S`` without a

@@ -1,7 +1,7 @@
 """Keys that reach every state partition, for the *hold*: a partition of the events topic is behind.
 
 In processing time a key stepped by its timer alone (no packs in the batch) would move its horizon
-with the wall clock while its heartbeats wait unread in a partition that is behind (issue 27).
+with the wall clock while its heartbeats wait unread in a partition that is behind.
 The packs of the batch carry the clock held at that partition (udfs.read_progress), but a timer-
 only key gets no pack. So while the source holds the clock it also sends one *hold* row to each
 state partition (streaming.spark.packs.hold_rows); the processor handles a task's input rows before its

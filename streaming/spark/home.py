@@ -2,10 +2,10 @@
 
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and the py4j zip first on the path of every
 Python process it starts. Imported from a zip, pyspark is compiled from source each time (zipimport
-keeps no bytecode cache): ~0.7 s against ~0.2 s from the installed package, and Spark starts such
-a process for every data source lookup, every query start, the transformWithState schema check and
-every read planning (about 1.5 s per query start, measured in bench/RESULTS.md). The workers strip
-the zips themselves (udfs.worker_daemon); these planner processes run Spark's own daemon.
+keeps no bytecode cache), several times slower than from the installed package, and Spark starts
+such a process for every data source lookup, every query start, the transformWithState schema
+check and every read planning (figures: bench/RESULTS.md, Head to head). The workers strip the
+zips themselves (udfs.worker_daemon); these planner processes run Spark's own daemon.
 
 When pyspark comes from pip, its package directory is the Spark home. This module makes a
 directory of links to everything in it except ``python``: the JVM then finds jars and scripts as

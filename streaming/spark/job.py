@@ -56,7 +56,7 @@ def kafka_packs(spark, settings: Settings, starting_offsets: str | None = None, 
             .option("packs.maxEpoch", str(rules.max_epoch))
             .option("packs.clock", "wall" if time_mode == PROCESSING_TIME else "events")
             # a live batch is read in one task per core, not one per Kafka partition: each task
-            # costs ~50-100 ms whatever it reads (bench/RESULTS.md, live latency, session 9)
+            # has a fixed cost whatever it reads (figures: bench/RESULTS.md, Live detection latency)
             .option("recordsPerTask", str(RECORDS_PER_SOURCE_TASK))
             .option("minPartitions", str(spark.sparkContext.defaultParallelism)).load())
 

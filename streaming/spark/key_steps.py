@@ -261,7 +261,8 @@ def _has_reset(table: pa.Table | None) -> bool:
 def _row_values(cls, table: dict, before: dict | None, touched: set) -> dict:
     """Each record's field values as to_json_rows writes them, in the table's order: the previous
     step's for a record not touched since (``before`` None: a freshly loaded engine, all read).
-    Serialized in one orjson call: one call per row costs ~2.4 us each, more than reading them."""
+    Serialized in one orjson call: a call per row costs more than reading the rows (figures:
+    bench/RESULTS.md, Live detection latency)."""
     before = before or {}
     values = operator.attrgetter(*records.field_names(cls))
     return {key: before[key] if key in before and key not in touched else values(r) for key, r in table.items()}

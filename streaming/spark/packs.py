@@ -2,9 +2,9 @@
 per Arrow batch, carrying that key's events as Arrow IPC bytes.
 
 Why: Spark hands a Python stateful operator its input row by row through the JVM, and that path
-alone ran at ~18,000 rows/s on the 2-core machine (bench/RESULTS.md) before any rule ran. A pack
-pays that cost once for up to a whole Arrow batch of events; the events themselves move as Arrow
-columns (C++), and the processor turns them into dicts as it did from pandas frames.
+alone is slower than the rules themselves (figures: bench/RESULTS.md, Stateful stage throughput). A
+pack pays that cost once for up to a whole Arrow batch of events; the events themselves move as
+Arrow columns (C++), and the processor builds dicts only for the events it applies.
 
 Packs carry no event time, so Spark never drops one as late: the watermark moves on one *clock*
 row per Arrow batch (kind ``clock``, the batch's newest event time, no events; its ``events``
@@ -64,8 +64,8 @@ def route_and_pack(client_shards: int, limits: Limits, pack_rows: int = PACK_ROW
     """The ``DataFrame.mapInArrow`` function: decoded event rows in, one pack per state key out.
 
     Spark hands the function Arrow batches of ``spark.sql.execution.arrow.maxRecordsPerBatch``
-    (10,000) rows; packing each on its own gave every key a pack per 10,000 rows, most of them a
-    handful of events that each cost a pack's fixed price downstream. Up to ``pack_rows`` rows are
+    (10,000) rows; packing each on its own would give every key a pack per 10,000 rows, most of them
+    a handful of events that each cost a pack's fixed price downstream. Up to ``pack_rows`` rows are
     gathered first (the stateful stage waits for the whole stage anyway). ``clock_cap_ms``: the
     clock may not pass it (a partition of the events topic is behind: udfs.read_progress).
     ``gate``: the task's cluster admissions (streaming.spark.cluster_gate)."""
@@ -208,8 +208,9 @@ def _without_empty_columns(table: pa.Table) -> pa.Table:
     return table.select(keep) if len(keep) < table.num_columns else table
 
 
-# LZ4 frames: a pack shrinks ~3.4x (repeated ids and event types) for ~0.1 us per event each way,
-# and every copy of it between Python, the JVM, the shuffle and the state store costs less.
+# LZ4 frames: a pack shrinks several times (repeated ids and event types) for a fraction of a
+# microsecond per event each way, and every copy of it between Python, the JVM, the shuffle and
+# the state store costs less (figures: bench/RESULTS.md, Stateful stage throughput).
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 

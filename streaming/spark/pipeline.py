@@ -23,7 +23,8 @@ ENGINE_HOSTS_CONF = "spark.epochwatch.engineHosts"
 
 def detect(events: DataFrame, rules: RuleSettings, time_mode: str, api: str = "pandas") -> DataFrame:
     """Decoded event rows in, output rows out. ``api``: "pandas" (transformWithStateInPandas, the
-    default: measured faster, see bench/RESULTS.md) or "row" (transformWithState)."""
+    default: faster; figures: bench/RESULTS.md, Stateful stage throughput) or "row"
+    (transformWithState)."""
     return detect_packs(pack_events(events, rules, time_mode), rules, time_mode, api)
 
 

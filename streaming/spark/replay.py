@@ -88,7 +88,7 @@ class ParquetStager:
         rows = self._chunk
         size = -(-len(rows) // FILES_PER_CHUNK)
         # A chunk is one micro-batch; one file per core lets every core read and route a part
-        # (one file was one task: the other core idled through the batch's first stage).
+        # (a single file is a single task: the other cores would idle through the batch's first stage).
         for part, start in enumerate(range(0, FILES_PER_CHUNK * size, size)):
             path = self.out_dir / f"chunk-{index:06d}-{part}.parquet"
             pq.write_table(pa.Table.from_batches([rows_to_batch(rows[start:start + size])]), path)

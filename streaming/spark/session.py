@@ -12,7 +12,7 @@ from typing import Mapping
 from streaming.spark.home import use_zipless_home
 
 # local[cores, task attempts]: plain local[N] tries each task once, so one Python worker killed
-# (the OOM killer, a segfault) failed its micro-batch and ended the query; cluster masters retry
+# (the OOM killer, a segfault) would fail its micro-batch and end the query; cluster masters retry
 # a task 4 times (spark.task.maxFailures), and so does this.
 LOCAL_TASK_ATTEMPTS = 4
 DEFAULT_MASTER = f"local[2,{LOCAL_TASK_ATTEMPTS}]"
@@ -34,9 +34,10 @@ DEFAULTS = {
     "spark.python.daemon.module": "udfs.worker_daemon",
     # local mode runs everything in the driver JVM: state values of large micro-batches need room
     "spark.driver.memory": "4g",
-    # The JIT's quick compiler only: the optimising one kept ~40% of a core busy for the first
+    # The JIT's quick compiler only: the optimising one keeps part of a core busy for the first
     # minute and more after every start, and the JVM's share of this job is small (the rules run
-    # in Python). Measured faster on catch-up and live (bench/RESULTS.md, session 13).
+    # in Python): faster on catch-up and live (figures: bench/RESULTS.md, Head to head and Live
+    # detection latency).
     "spark.driver.extraJavaOptions": JIT_OPTIONS,
     "spark.executor.extraJavaOptions": JIT_OPTIONS,
 }

@@ -39,16 +39,18 @@ ALERT_SCHEMA = StructType([
 ])
 # High-cardinality tables (clients, consumer-group partitions) are stored as one JSON value per
 # state key, {"fields": [...], "rows": [[...], ...]}: the state API serializes every ListState row
-# on its own (~16 us in Python plus the JVM side), which for 100,000 clients cost seconds per
-# micro-batch. The value stays readable: json_rows() below turns it back into records.
+# on its own, in Python and again in the JVM, too slow for 100,000 clients in every micro-batch
+# (figures: bench/RESULTS.md, Stateful stage throughput). The value stays readable: json_rows()
+# below turns it back into records.
 JSON_ROWS_SCHEMA = StructType([StructField("count", LongType()), StructField("rows", StringType())])
 # Events within the allowed lateness of the newest, waiting: transient (one batch), kept as the
 # Arrow IPC stream they arrived in (streaming.spark.packs.to_ipc_chunks).
 BUFFER_SCHEMA = StructType([StructField("count", LongType()), StructField("events", BinaryType())])
 
 # One output row per alert transition, broker transition, summary or dead letter, and one per
-# brokers key and step with the status of every broker it touched (a JSON array: one row per
-# broker was ~1,000 rows per live micro-batch through pandas, Arrow and the driver).
+# brokers key and step with the status of every broker it touched (a JSON array: a row per broker
+# would take every broker of a fleet through pandas, Arrow and the driver one by one, every live
+# micro-batch).
 OUTPUT_SCHEMA = StructType([
     StructField("kind", StringType()),        # alert | transition | broker_status | summary | dead_letter
     StructField("cluster_id", StringType()),

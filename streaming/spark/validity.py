@@ -1,5 +1,5 @@
-"""What no real cluster can send, refused before it reaches any state (issue #22): one forged
-event must not poison a cluster's state for good.
+"""What no real cluster can send, refused before it reaches any state: one forged event must not
+poison a cluster's state for good.
 
 Stateless checks run in routing, over a batch's Arrow columns, before the batch's clock is taken
 (a year-3000 event time would otherwise move the watermark): event times far in the future or the

@@ -27,7 +27,7 @@ from streaming.tools.embedded import create_topics
 from streaming.tools.simulate import ClusterShape, steady_state, steady_truth
 from streaming.tools.simulate.scenarios import scenario_settings
 from tests.integration.faults.support import source_end
-from tests.unit.rules.builders import hb
+from tests.support.builders import hb
 from udfs import avro_codec
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -70,7 +70,7 @@ def test_the_replay_command_reports_refusals_and_fails_when_it_refused_everythin
     """Why: a run that refused every event detected nothing; it must say so and exit non-zero,
     not report success with "0 bad lines"."""
     from streaming.commands import main
-    from tests.unit.rules.builders import hb
+    from tests.support.builders import hb
 
     good = [hb(1_767_225_600_000 + i * 1000, 1) for i in range(20)]
     forged = [hb(1_767_225_600_000 + i * 1000, 1, inc=2**63 - 1 - i) for i in range(20)]

@@ -16,7 +16,7 @@ import pytest
 
 from streaming.tools.embedded import create_topics
 from streaming.tools.kafka_cluster import KafkaCluster
-from tests.helpers import wait_until
+from tests.support.polling import wait_until
 
 
 @pytest.fixture(scope="session")

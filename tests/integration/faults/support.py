@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import wait_until
+from tests.support.polling import wait_until
 
 TICK_MS = 50   # LiveTelemetry's clock tick
 OWN_BROKER = 1  # the node id of the own_broker fixture's only broker: own_broker.pause(OWN_BROKER)
@@ -210,7 +210,7 @@ class LiveTelemetry:
             self.errors.append(str(err))
 
     def _events(self, now_ms: int, tick: int) -> list[dict]:
-        from tests.unit.rules.builders import hb, response
+        from tests.support.builders import hb, response
 
         out = []
         if tick % max(1, self.heartbeat_ms // TICK_MS) == 0:

@@ -19,8 +19,8 @@ from streaming.sinks.metrics import input_records
 from streaming.spark.job import ProgressListener, start
 from streaming.spark.pipeline import PROCESSING_TIME
 from streaming.tools.embedded import create_topics
-from tests.helpers import wait_until
 from tests.integration.faults.support import LiveTelemetry, firing, job_topics, live_settings, progresses
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -17,7 +17,6 @@ from streaming.sinks.memory import MemorySink
 from streaming.spark.job import start
 from streaming.spark.pipeline import PROCESSING_TIME
 from streaming.tools.embedded import create_topics
-from tests.helpers import wait_until
 from tests.integration.faults.support import (
     OWN_BROKER,
     LiveTelemetry,
@@ -31,6 +30,7 @@ from tests.integration.faults.support import (
     with_fail_on_data_loss,
 )
 from tests.support.kafka import recreate_topic
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -16,8 +16,8 @@ from streaming.tools.demo import load_events, play_scenarios
 from streaming.tools.embedded import create_topics
 from streaming.tools.simulate.truth import settings_dict
 from streaming.tools.simulate.writers import KafkaEventWriter
-from tests.helpers import wait_until
 from tests.integration.faults.support import write_job_config
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -16,8 +16,8 @@ from streaming.sinks.alert_history import read_alert_history
 from streaming.sinks.base import OutputBatch
 from streaming.sinks.kafka import KafkaOutputSink
 from streaming.tools.embedded import create_topics
-from tests.helpers import wait_until
 from tests.integration.faults.support import TopicTail, live_settings
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import pytest
 
 from streaming.tools.simulate import ClusterShape, steady_state
 from streaming.tools.simulate.writers import KafkaEventWriter
-from tests.helpers import wait_until
 from tests.integration.faults.support import job_on_fresh_topics
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(300)]
 

@@ -18,9 +18,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from streaming.tools.embedded import create_topics
 from streaming.tools.simulate.writers import event_key
-from tests.helpers import wait_until
 from tests.integration.faults.support import OWN_BROKER, LiveTelemetry, job_on_fresh_topics, live_settings
-from tests.unit.rules.builders import hb
+from tests.support.builders import hb
+from tests.support.polling import wait_until
 from udfs import avro_codec
 from udfs.broker_offsets import BrokerOffsets
 from udfs.kafka_options import parse_source_options

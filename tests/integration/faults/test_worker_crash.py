@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from tests.helpers import wait_until
 from tests.integration.faults.processes import python_workers
 from tests.integration.faults.support import LiveTelemetry, job_on_fresh_topics
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -76,7 +76,7 @@ def dead_letter_headers(bootstrap: str, topic: str, expected: int, timeout_s: fl
 
 def exit_code(job, timeout_s: float) -> int:
     """The exit code of a JobProcess once it ended by itself (``--available-now``)."""
-    from tests.helpers import wait_until
+    from tests.support.polling import wait_until
 
     wait_until(lambda: job.returncode() is not None, timeout_s=timeout_s, interval_s=0.5,
                what=f"the job to finish; its log ends:\n{job.log()[-2000:]}")

@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.faults.support import job_on_fresh_topics
 from tests.integration.hostile.support import dead_letter_headers, produce_raw, run_to_exit, write_events
-from tests.unit.rules.builders import hb
+from tests.support.builders import hb
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(900)]
 T0 = 1_767_225_600_000

@@ -15,7 +15,7 @@ import pytest
 from streaming.sinks.memory import MemorySink
 from streaming.spark.job import cluster_registry_path
 from tests.integration.hostile.support import dead_letter_headers, job_settings, run_to_end, write_events
-from tests.unit.rules.builders import hb
+from tests.support.builders import hb
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 T0 = 1_767_225_600_000

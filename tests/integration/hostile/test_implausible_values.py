@@ -10,7 +10,7 @@ import pytest
 
 from streaming.sinks.memory import MemorySink
 from tests.integration.hostile.support import dead_letter_headers, job_settings, run_to_end, write_events
-from tests.unit.rules.builders import hb, update
+from tests.support.builders import hb, update
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 T0 = 1_767_225_600_000

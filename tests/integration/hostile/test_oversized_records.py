@@ -11,7 +11,7 @@ import pytest
 from streaming.sinks.memory import MemorySink
 from streaming.tools.demo import read_topic
 from tests.integration.hostile.support import job_settings, produce_raw, run_to_end, write_events
-from tests.unit.rules.builders import hb, response
+from tests.support.builders import hb, response
 from udfs.dead_letters import headers_to_dict
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

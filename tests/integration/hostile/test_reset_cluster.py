@@ -12,7 +12,7 @@ import yaml
 from streaming.commands import main
 from streaming.sinks.memory import MemorySink
 from tests.integration.hostile.support import job_settings, run_to_end, write_events
-from tests.unit.rules.builders import hb
+from tests.support.builders import hb
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

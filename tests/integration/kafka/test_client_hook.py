@@ -18,7 +18,7 @@ from streaming.config import RuleSettings
 from streaming.engine.local import detect_all
 from streaming.tools.demo import read_topic
 from streaming.tools.embedded import create_topics
-from tests.helpers import wait_until
+from tests.support.polling import wait_until
 from udfs import avro_codec
 
 pytestmark = [pytest.mark.integration]

@@ -22,7 +22,7 @@ from streaming.collect.collector import Collector
 from streaming.engine.local import detect_all
 from streaming.tools.embedded import create_topics
 from streaming.tools.kafka_cluster import KafkaCluster
-from tests.helpers import wait_until
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration]
 

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from streaming.tools.kafka_cluster import KafkaClusterError, kafka_classpath, scrape
 from streaming.tools.relay import Relay
-from tests.helpers import wait_until
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 

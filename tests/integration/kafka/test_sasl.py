@@ -15,7 +15,7 @@ import pytest
 from streaming.tools.kafka_cluster import KafkaCluster
 from tests.integration.faults.support import job_on_fresh_topics
 from tests.integration.hostile.support import dead_letter_headers, produce_raw, run_to_exit, write_events
-from tests.unit.rules.builders import hb
+from tests.support.builders import hb
 
 pytestmark = [pytest.mark.integration]
 
@@ -140,7 +140,7 @@ def test_the_commit_log_reader_reads_through_sasl(cluster):
     from confluent_kafka import Consumer, TopicPartition
 
     from streaming.tools.embedded import create_topics
-    from tests.helpers import wait_until
+    from tests.support.polling import wait_until
 
     create_topics(cluster.bootstrap_servers, {"sasl-commits": 1})
     collector, events = _commit_log_collector(cluster, PASSWORD), []
@@ -162,7 +162,7 @@ def test_the_commit_log_reader_reads_through_sasl(cluster):
 def test_a_wrong_password_stops_the_commit_log_reader_not_the_collector(cluster):
     """The JVM gives up on an authentication failure; the collector goes on, says why in its
     status line (without the password) and starts the reader again after a backoff."""
-    from tests.helpers import wait_until
+    from tests.support.polling import wait_until
 
     collector = _commit_log_collector(cluster, "wrong-Pa55word")
     try:

@@ -15,7 +15,7 @@ import requests
 import yaml
 
 from streaming.tools.embedded import LOOPBACK, free_port
-from tests.helpers import wait_until
+from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 ALERTMANAGER_BIN = os.environ.get("EPOCHWATCH_ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager")

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streaming.sinks import AlertmanagerSink, latest_alert_states
 from streaming.sinks.metrics import Metrics
-from tests.helpers import wait_until
 from tests.integration.observability.services import alertmanager_process
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 

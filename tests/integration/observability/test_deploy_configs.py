@@ -8,7 +8,13 @@ import subprocess
 import pytest
 
 from tests.integration.observability.services import (
-    AM_RENDER, AM_TEMPLATE, AMTOOL_BIN, PROMETHEUS_CONFIG, PROMTOOL_BIN, WebhookReceiver, render_alertmanager_config,
+    AM_RENDER,
+    AM_TEMPLATE,
+    AMTOOL_BIN,
+    PROMETHEUS_CONFIG,
+    PROMTOOL_BIN,
+    WebhookReceiver,
+    render_alertmanager_config,
 )
 
 pytestmark = pytest.mark.integration

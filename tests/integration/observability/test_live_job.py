@@ -17,8 +17,8 @@ from streaming.spark.job import start
 from streaming.spark.pipeline import PROCESSING_TIME
 from streaming.tools.embedded import create_topics
 from streaming.tools.simulate.writers import KafkaEventWriter
-from tests.helpers import wait_until
-from tests.unit.rules.builders import hb
+from tests.support.builders import hb
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 TIMEOUT_MS = 3000

@@ -7,7 +7,7 @@ import time
 import pytest
 import requests
 
-from tests.helpers import wait_until
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from streaming.sinks.metrics import Metrics
 from streaming.spark.job import start
 from streaming.spark.pipeline import PROCESSING_TIME
 from streaming.tools.embedded import create_topics
-from tests.helpers import wait_until
 from tests.integration.faults.support import LiveTelemetry, live_settings
+from tests.support.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

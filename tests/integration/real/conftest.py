@@ -7,7 +7,6 @@ import pytest
 
 from streaming.tools.embedded import create_topics, free_port
 from streaming.tools.kafka_cluster import KafkaCluster
-from tests.helpers import wait_until
 from tests.integration.faults.support import JobProcess, TopicTail
 from tests.integration.observability.services import (
     WebhookReceiver,
@@ -16,6 +15,7 @@ from tests.integration.observability.services import (
     render_alertmanager_config,
 )
 from tests.integration.real.support import CollectorProcess, Monitor, prometheus_config, write_config
+from tests.support.polling import wait_until
 
 # Short graces so that every incident ends within a test; Kafka's own timers stay the defaults.
 # The pending time is the one recommended with the collector (docs/operations.md): a heartbeat

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import wait_until
 from tests.integration.faults.support import JobProcess, TopicTail
+from tests.support.polling import wait_until
 
 PAGING = ("warning", "critical")
 

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from tests.helpers import wait_until
 from tests.integration.real.support import alertmanager_alert, now_ms
+from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.integration
 

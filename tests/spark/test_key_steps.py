@@ -1,0 +1,125 @@
+"""streaming.spark.key_steps without Spark: a key's step with its engine kept and the same step with
+the engine rebuilt from what the previous step stored give the same result, so keeping engines
+(in a Python worker or an engine host) can never change what the job detects."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from streaming.config import RuleSettings
+from streaming.spark.key_steps import EngineCache, KeySteps, StepOutput, StepRequest, StoredState
+from streaming.spark.routing import routes
+from streaming.tools.simulate import run_scenario
+from tests.support.builders import hb, response
+from tests.support.key_feed import empty_state, packed, request
+
+BATCH = 150  # events per micro-batch: several steps per key, events waiting in the buffer
+
+
+def stored_after(out: StepOutput, before: StoredState | None) -> StoredState:
+    """What the state store holds after the processor wrote ``out`` (None: value unchanged): a
+    copy, as the store serializes what it is given (a kept engine goes on changing its lists)."""
+    alerts = out.alerts if out.alerts is not None else (before.alerts if before else [])
+    buffer = [chunk for _, chunk in out.buffer] if out.buffer is not None else (before.buffer if before else [])
+    return pickle.loads(pickle.dumps(StoredState(out.entities, out.cluster, alerts, buffer)))
+
+
+@pytest.mark.parametrize("name", ["rolling_restart", "zombie_incarnation", "wrong_cluster_rebootstrap",
+                                  "connection_storm", "commit_epoch_regression"])
+def test_a_kept_engine_steps_exactly_as_one_rebuilt_from_the_store(name):
+    """Why: the engine host answers from the engine it kept whenever the stored generation matches;
+    if the stored values rebuilt a different engine (a field not stored, an alert or a waiting
+    event lost), a job would detect differently after every worker swap, restart or retry. Every
+    key of the scenario, step by step, with both."""
+    result = run_scenario(name)
+    rules = result.truth.rule_settings()
+    keys = sorted({(ev["cluster_id"], kind, shard) for ev in result.events
+                   for kind, shard in routes(ev, rules.client_shards)})
+    assert {k[1] for k in keys} >= {"brokers", "clients"}
+    step_kept_and_rebuilt(result.events, rules, keys)
+
+
+def test_a_stale_incident_that_ends_quietly_is_stored_by_a_kept_engine():
+    """Why: a kept client shard reads again only the clients its step touched
+    (KeyKind.incremental_json); a stale incident that ends because the broker went quiet, with
+    no event of that client, changes the client all the same and must reach the store."""
+    rules = RuleSettings()
+    quiet = rules.stale_incident_quiet_ms
+    events = [response(0, "a", 1, 5), response(1_000, "a", 2, 3)]  # broker 2 answers an older epoch
+    events += [response(t, "b", 1, 5) for t in range(2_000, 2 * quiet, 1_000)]  # only client b after that
+    keys = sorted({(ev["cluster_id"], kind, shard) for ev in events for kind, shard in routes(ev, rules.client_shards)
+                   if kind == "clients"})
+    assert len(keys) == 2, "a and b in shards of their own: a's shard has no event while the incident ends"
+    step_kept_and_rebuilt(events, rules, keys, batch=10)
+
+
+def step_kept_and_rebuilt(events: list[dict], rules: RuleSettings, keys: list[tuple], batch: int = BATCH) -> None:
+    """Every key, step by step, with its engine kept and with it rebuilt from what was stored."""
+    kept_steps, compared = KeySteps(), 0
+    for key in keys:
+        meta, stored = None, None
+        for start in range(0, len(events), batch):
+            packs = packed(events[start:start + batch], key)
+            clock = max(ev["event_time"] for ev in events[:start + batch])
+            step = request(rules, key, packs, meta, clock)
+            kept = kept_steps.step(step) or kept_steps.step(step, empty_state(key[1]))
+            rebuilt = KeySteps().step(step, stored or empty_state(key[1]))
+            assert (kept.rows, kept.entities, kept.cluster, kept.alerts, kept.buffer, kept.timer_ms, kept.meta[:3]) == (
+                rebuilt.rows, rebuilt.entities, rebuilt.cluster, rebuilt.alerts, rebuilt.buffer, rebuilt.timer_ms,
+                rebuilt.meta[:3]), (key, start)
+            compared += 1
+            meta, stored = kept.meta, stored_after(kept, stored)
+    assert kept_steps.counts["loaded"] == len(keys), "each key is built once, then kept"
+    assert kept_steps.counts["kept"] == compared - len(keys)
+
+
+def test_a_step_asks_for_the_stored_state_unless_it_keeps_that_generation():
+    """Why: the generation stored with a key is what proves a kept engine is what the store holds;
+    any other generation (a failed batch, another process wrote the key) must read the store."""
+    rules = RuleSettings()
+    key = ("c1", "brokers", 0)
+    steps = KeySteps()
+    first = request(rules, key, [], None, 10_000)
+    assert steps.step(first) is None, "a new key: nothing kept, the store is read"
+    out = steps.step(first, empty_state("brokers"))
+    assert steps.step(request(rules, key, [], out.meta, 20_000)) is not None
+    stale = (*out.meta[:3], out.meta[3] + 1)
+    assert steps.step(request(rules, key, [], stale, 30_000)) is None, "another generation: read the store"
+
+
+def test_engines_not_stepped_for_a_while_are_dropped():
+    """Why: an engine host outlives queries; a finished query's engines (and a key gone quiet)
+    must not stay in memory for good. The clock is passed in."""
+    now = [100.0]
+    cache = EngineCache(clock=lambda: now[0])
+    cache.keep(("a",), 1, object(), object())
+    now[0] = 250.0
+    cache.keep(("b",), 2, object(), object())
+    assert cache.drop_unused(idle_ms=100_000) == 1 and len(cache) == 1
+    assert cache.take(("a",), 1) is None and cache.take(("b",), 2) is not None
+
+
+def test_a_late_event_from_years_ago_does_not_push_a_live_keys_timer_out():
+    """Why (issue #22): in processing time a key's timers wait for how far its newest events trail
+    the clock; one record dated 1990, alone in a micro-batch, made that decades, and a cluster
+    that went silent after it was never reported. Only events past the key's horizon count."""
+    rules = RuleSettings()
+    key = ("c1", "brokers", 0)
+    now = 1_795_000_000_000
+    steps = KeySteps()
+
+    def live(packs, meta, at):
+        cluster_id, kind, shard = key
+        req = StepRequest(rules, cluster_id, kind, shard, tuple(packs), meta, False, 0, at, None, query="q")
+        return steps.step(req) or steps.step(req, empty_state(kind))
+
+    beat = hb(now - 1_000, 1)
+    beat["cluster_id"] = "c1"
+    first = live(packed([beat], key), None, now)
+    assert first.timer_ms == now - 1_000 + rules.controller_heartbeat_timeout_ms + 1_000  # deadline + offset
+    forged = hb(631_152_000_000, 1)  # 1990-01-01
+    forged["cluster_id"] = "c1"
+    second = live(packed([forged], key), first.meta, now + 500)
+    assert second.timer_ms == first.timer_ms, "the key still wakes when broker 1's timeout is due"

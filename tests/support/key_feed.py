@@ -1,0 +1,73 @@
+"""Feeding one state key's events to the processor as Spark would: routed, packed, batch by batch
+(TwsTester, EventTime); a key step's request and empty state; what a brokers key stored."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from streaming.config import RuleSettings
+from streaming.engine.keys import KINDS
+from streaming.rules.records import BrokerRecord
+from streaming.spark.key_steps import StepRequest, StoredState, from_json_rows
+from streaming.spark.packs import pack
+from streaming.spark.processor import EpochwatchProcessor
+from streaming.spark.routing import routes
+from tests.support.engine_hosts import KEY
+
+
+def packed(events: list[dict], key: tuple) -> list[bytes]:
+    """The payloads Spark would hand the processor for ``key``: events routed there, packed."""
+    rows = []
+    for ev in events:
+        if ev["cluster_id"] != key[0] or key[1:] not in routes(ev, 16):
+            continue
+        rows.append({**ev, "event_time": datetime.fromtimestamp(ev["event_time"] / 1000, timezone.utc),
+                     "event_ms": ev["event_time"], "kind": key[1], "shard": key[2]})
+    if not rows:
+        return []
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    packs = pack(pa.table({k: pa.array([r.get(k) for r in rows]) for k in names}))
+    return [p for p, kind in zip(packs.column("payload").to_pylist(), packs.column("kind").to_pylist())
+            if kind == key[1]]
+
+
+def feed_in_batches(events: list[dict], key: tuple, batch: int, rules: RuleSettings) -> tuple[TwsTester, list[dict]]:
+    """Feed ``key`` its events ``batch`` at a time (so events wait in the buffer and some come
+    late), then move the watermark an hour past the end; the tester and every output row."""
+    tester = TwsTester(EpochwatchProcessor(rules, "EventTime"), timeMode="EventTime", eventTimeExtractor=pack_time)
+    rows = []
+    for i in range(0, len(events), batch):
+        payloads = packed(events[i:i + batch], key)
+        if payloads:
+            frame = pa.table({"payload": payloads, "clock_ms": [max(e["event_time"] for e in events[:i + batch])]
+                              * len(payloads)}).to_pandas()
+            frame["event_time"] = None
+            out = tester.testInPandas(key, frame)
+            rows += out.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
+    fired = tester.setWatermark(events[-1]["event_time"] + 3_600_000)
+    rows += fired.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
+    return tester, rows
+
+
+def empty_state(kind: str) -> StoredState:
+    return StoredState(None if KINDS[kind].json_state else [], None, [], [])
+
+
+def request(rules: RuleSettings, key: tuple, packs: list[bytes], meta, clock_ms: int) -> StepRequest:
+    cluster_id, kind, shard = key
+    return StepRequest(rules, cluster_id, kind, shard, tuple(packs), meta, True,
+                       clock_ms - rules.allowed_lateness_ms, 0, clock_ms, query="q")
+
+
+def stored_brokers(tester, key=KEY) -> list[BrokerRecord]:
+    value = tester.peekValueState("brokers", key)
+    return from_json_rows(BrokerRecord, value[1]) if value else []
+
+
+def pack_time(row):
+    """Packs carry no event time, and Spark never drops a row without one as late."""
+    return 2**62 if pd.isna(row["event_time"]) else int(row["event_time"].timestamp() * 1000)

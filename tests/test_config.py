@@ -1,0 +1,87 @@
+"""Config errors name the key and the fix; the shipped config is valid; secrets come from the env."""
+
+from pathlib import Path
+
+import pytest
+
+from streaming import config
+from streaming.commands import main
+
+SHIPPED = Path(__file__).resolve().parents[1] / "deploy" / "config" / "epochwatch.yaml"
+
+BAD = [
+    ({"rules.controller.heartbeat.timout.ms": 1}, "rules.controller.heartbeat.timout.ms",
+     "did you mean 'rules.controller.heartbeat.timeout.ms'", "1-a typo gets the nearest real key"),
+    ({"rules.controller.heartbeat.timeout.ms": "abc"}, "rules.controller.heartbeat.timeout.ms", "integer",
+     "2-not a number"),
+    ({"rules.controller.heartbeat.timeout.ms": 1000}, "rules.controller.heartbeat.timeout.ms", "several heartbeat",
+     "3-a timeout below the heartbeat interval would page constantly"),
+    ({"kafka.encoding": "xml"}, "kafka.encoding", "confluent, schemaless", "4-enumerated choice"),
+    ({"sinks.alertmanager.url": "127.0.0.1:9093"}, "sinks.alertmanager.url", "http://", "5-URL without scheme"),
+    ({"rules.socket.connection.setup.timeout.max.ms": 1}, "rules.socket.connection.setup.timeout.max.ms",
+     "at least as large", "6-KIP-601 max below base"),
+    ({"kafka.client.sasl.password": "${EPOCHWATCH_NOT_SET_ANYWHERE}"}, "EPOCHWATCH_NOT_SET_ANYWHERE", "export",
+     "7-a secret reference to an unset variable"),
+    ({"alerting.url": "x"}, "alerting", "one of", "8-unknown section"),
+    ({"kafka.maxOffsetsPerTrigger": 0}, "kafka.maxOffsetsPerTrigger", "null for no cap",
+     "9-a batch cap of 0 would have meant no cap at all"),
+    ({"rules.event.max.epoch.jump": 0}, "rules.event.max.epoch.jump", "default (1099511627776)",
+     "10-a jump limit of 0 would refuse every new epoch"),
+    ({"rules.event.max.epoch.jump": 2**60}, "rules.event.max.epoch.jump", "above event.max.epoch",
+     "11-a jump larger than the largest epoch allowed means nothing"),
+    ({"rules.event.max.past.ms": 1000}, "rules.event.max.past.ms", "late, not implausible",
+     "12-events within the allowed lateness must not be refused as too old"),
+    ({"rules.event.max.controller.epoch.jump": 0}, "rules.event.max.controller.epoch.jump", "above 0",
+     "13-no controller failover could ever be accepted"),
+    ({"collect.offset.commits": "yes"}, "collect.offset.commits", "off, on", "14-the commit log source is on or off"),
+    ({"collect.offset.commits": "on", "collect.kafka.libs": "/nonexistent/kafka/libs"}, "collect.kafka.libs",
+     "kafka-tools", "15-the commit log reader runs Kafka's own console consumer: without its jar it cannot start"),
+    ({"rules.state.max.clusters": 0}, "rules.state.max.clusters", "default (10000)",
+     "16-a job that may hold no cluster would refuse every event"),
+]
+
+
+@pytest.mark.parametrize("overrides,key,fix,why", BAD, ids=[b[3] for b in BAD])
+def test_errors_name_the_key_and_the_fix(overrides, key, fix, why):
+    with pytest.raises(config.ConfigError) as err:
+        config.load(overrides=overrides)
+    assert key in str(err.value) and fix in str(err.value)
+
+
+def test_catch_up_batches_are_bounded_unless_asked_otherwise():
+    assert config.load().kafka.max_offsets_per_trigger == 1_000_000
+    assert config.load(overrides={"kafka.maxOffsetsPerTrigger": None}).kafka.max_offsets_per_trigger is None
+
+
+def test_shipped_config_is_valid_and_uses_kafka_defaults():
+    settings = config.load(SHIPPED)
+    assert settings.rules.controller_heartbeat_timeout_ms == 9000
+    assert settings.rules.rebootstrap_trigger_ms == 300_000
+    assert settings.rules.connection_setup_timeout_max_ms == 30_000
+
+
+def test_secrets_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("EPOCHWATCH_TEST_SECRET", "s3cret")
+    settings = config.load(overrides={"kafka.client": {"sasl.password": "${EPOCHWATCH_TEST_SECRET}"}})
+    assert settings.kafka.client["sasl.password"] == "s3cret"
+
+
+def test_validate_config_command_exit_codes(tmp_path, capsys):
+    assert main(["validate-config", "--config", str(SHIPPED), "--quiet"]) == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  controller.heartbeat.timeout.ms: nine\n")
+    assert main(["validate-config", "--config", str(bad)]) == 2
+    assert "controller.heartbeat.timeout.ms" in capsys.readouterr().err
+
+
+def test_missing_file_is_a_clear_error():
+    with pytest.raises(config.ConfigError, match="does not exist"):
+        config.load("/nonexistent/epochwatch.yaml")
+
+
+def test_the_commit_log_source_is_off_unless_asked_for_and_an_unquoted_on_counts():
+    """Reading __consumer_offsets is extra load and needs extra ACLs: never by surprise. YAML 1.1
+    reads an unquoted `on` as true, which must still mean on."""
+    assert config.load().collect.offset_commits == "off"
+    assert config.load(None, {"collect.offset.commits": True}).collect.offset_commits == "on"
+    assert config.load(None, {"sinks.console": False}).sinks.console == "off"
