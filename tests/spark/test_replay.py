@@ -10,7 +10,7 @@ import pytest
 from streaming import config
 from streaming.engine.local import detect_all
 from streaming.sinks.memory import MemorySink
-from streaming.spark.replay import FILES_PER_CHUNK, replay
+from streaming.spark.replay import FILES_PER_CHUNK, replay, run_staged, stage_jsonl
 from streaming.tools.simulate import run_scenario
 
 pytestmark = pytest.mark.spark
@@ -35,6 +35,24 @@ def test_replay_gives_the_single_process_alerts(spark, tmp_path, name):
     want = sorted((a["alertname"], a["fingerprint"], a["status"], a["event_time"])
                   for a in detect_all(events, rules, batch=chunk))
     assert got and got == want
+
+
+def test_the_row_api_processor_gives_the_same_alerts(spark, tmp_path):
+    """transformWithState (Row API) beside transformWithStateInPandas, the default: the same
+    processor with rows in and out, kept as the benchmark's peer (bench/stateful_throughput.py)."""
+    result = run_scenario("zombie_incarnation")
+    rules = result.truth.rule_settings()
+    settings = config.load()
+    settings = type(settings)(kafka=settings.kafka, rules=rules, sinks=settings.sinks)
+    staged = tmp_path / "events"
+    staged.mkdir()
+    stage_jsonl(io.StringIO("".join(json.dumps(ev) + "\n" for ev in result.events)), "scenario", staged, 400)
+    sink = MemorySink()
+    run_staged(spark, settings, staged, [sink], str(tmp_path / "ckpt"), api="row")
+    got = sorted((a["alertname"], a["fingerprint"], a["status"], a["event_time"]) for a in sink.all("alerts"))
+    want = sorted((a["alertname"], a["fingerprint"], a["status"], a["event_time"])
+                  for a in detect_all(result.events, rules, batch=400))
+    assert any(a[0] == "BrokerIncarnationRegression" for a in got) and got == want
 
 
 DAY = 86_400_000
