@@ -83,7 +83,8 @@ def run(args) -> int:
     settings = config.load(args.config, parse_overrides(args.set))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from streaming.sinks.base import Dispatcher
-    from streaming.spark.job import ProgressListener, failure_text, start
+    from streaming.spark.job import failure_text, start
+    from streaming.spark.listeners import ProgressListener
     from streaming.spark.pipeline import EVENT_TIME, PROCESSING_TIME
     from streaming.spark.session import build_session
 

@@ -30,7 +30,7 @@ def detect(events: DataFrame, rules: RuleSettings, time_mode: str, api: str = "p
 
 def pack_events(events: DataFrame, rules: RuleSettings, time_mode: str = EVENT_TIME) -> DataFrame:
     """Decoded event rows -> packs (streaming.spark.packs). The Kafka source can pack itself
-    (``output=packs``, streaming.spark.job.kafka_packs), which saves a round trip of every event
+    (``output=packs``, streaming.spark.kafka_input.kafka_packs), which saves a round trip of every event
     through a Spark row. In event time (replay) the batches' own times are the clock that
     implausible times are judged by, never the wall clock: a recording may be of any date."""
     columns = [*decoded_column_names(), *KAFKA_COLUMNS, *DEAD_LETTER_COLUMNS]

@@ -11,7 +11,8 @@ import pytest
 from streaming import config
 from streaming.sinks.memory import MemorySink
 from streaming.sinks.metrics import input_records
-from streaming.spark.job import kafka_events, start
+from streaming.spark.job import start
+from streaming.spark.kafka_input import kafka_events
 from streaming.spark.pipeline import EVENT_TIME
 from streaming.tools.demo import EVENT_PARTITIONS, check_per_cluster, load_events, play_scenarios
 from streaming.tools.embedded import create_topics

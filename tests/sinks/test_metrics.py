@@ -320,7 +320,7 @@ def test_the_batch_line_says_what_was_refused_and_a_batch_of_nothing_else_is_an_
     import logging
 
     from streaming.sinks.base import OutputBatch
-    from streaming.spark.job import ProgressListener
+    from streaming.spark.listeners import ProgressListener
 
     m, lines = Metrics(), []
     listener = ProgressListener(m, emit=lines.append)

@@ -94,7 +94,7 @@ def test_one_registry_listener_per_session_feeds_each_query_its_own_registry(tmp
     called for every query's progress, and Spark's listener thread ended up busy for minutes."""
     from types import SimpleNamespace
 
-    from streaming.spark.job import ClusterRegistryListener
+    from streaming.spark.listeners import ClusterRegistryListener
 
     added = []
     spark = SimpleNamespace(streams=SimpleNamespace(addListener=added.append))

@@ -16,7 +16,8 @@ from streaming.sinks.alert_book import BookSettings, alertmanager_payload, lates
 from streaming.sinks.base import Dispatcher
 from streaming.sinks.memory import MemorySink
 from streaming.sinks.metrics import input_records
-from streaming.spark.job import ProgressListener, start
+from streaming.spark.job import start
+from streaming.spark.listeners import ProgressListener
 from streaming.spark.pipeline import PROCESSING_TIME
 from streaming.tools.embedded import create_topics
 from tests.integration.faults.support import LiveTelemetry, firing, job_topics, live_settings, progresses

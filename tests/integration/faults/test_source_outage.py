@@ -191,7 +191,7 @@ class Coordinates:
 
 @pytest.mark.spark
 def test_live_query_rides_out_an_outage_then_stops_at_once_during_another(own_broker, spark, tmp_path, fault_report):
-    from streaming.spark.job import kafka_events
+    from streaming.spark.kafka_input import kafka_events
 
     settings = live_settings(own_broker.bootstrap_servers, tmp_path, **{
         "kafka.fetchOffset.timeoutMs": REQUEST_TIMEOUT_MS, "kafka.kafkaConsumer.pollTimeoutMs": REQUEST_TIMEOUT_MS,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from streaming.sinks.memory import MemorySink
-from streaming.spark.job import cluster_registry_path
+from streaming.spark.listeners import cluster_registry_path
 from tests.integration.hostile.support import dead_letter_headers, job_settings, run_to_end, write_events
 from tests.support.builders import hb
 
