@@ -70,7 +70,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from udfs import event_columns
-from udfs.kafka_options import SourceOptions, parse_source_options
+from udfs.kafka_options import OptionError, SourceOptions, parse_source_options
 from udfs.offsets import (
     DataLoss,
     OffsetRange,
@@ -104,6 +104,11 @@ class KafkaRangePartition(InputPartition):
 
 
 class KafkaEventSource(DataSource):
+    # What turns a task's decoded batches into packs (``output=packs``): handed in by the job's
+    # subclass (streaming.spark.source_packs): the source knows the event contract, not the job's keys.
+    # It has ``schema``, ``admitted(options)`` on the planner and ``pack(options, batches, ...)``.
+    packer = None
+
     @classmethod
     def name(cls) -> str:
         return "epochwatch-kafka"
@@ -111,13 +116,19 @@ class KafkaEventSource(DataSource):
     def schema(self):
         options = parse_source_options(self.options)
         if options.output == "packs":
-            from streaming.spark.packs import PACK_SCHEMA
-
-            return PACK_SCHEMA
+            return self._packer().schema
         return event_columns.spark_schema(options.decoded)
 
     def streamReader(self, schema) -> "KafkaStreamReader":
-        return KafkaStreamReader(parse_source_options(self.options))
+        options = parse_source_options(self.options)
+        return KafkaStreamReader(options, self._packer() if options.output == "packs" else None)
+
+    def _packer(self):
+        if self.packer is None:
+            raise OptionError("output", "packs need the job's packer, and this source class has none",
+                              "register streaming.spark.source_packs.PackingKafkaSource as epochwatch-kafka "
+                              "(streaming.spark.session does)")
+        return self.packer
 
 
 def report_data_loss(losses: list[DataLoss], fail: bool) -> None:
@@ -133,8 +144,8 @@ def report_data_loss(losses: list[DataLoss], fail: bool) -> None:
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: SourceOptions):
-        self.options = options
+    def __init__(self, options: SourceOptions, packer=None):
+        self.options, self.packer = options, packer
         self._broker_offsets = None
         self._next_event_times = None
         self._available_now_target: dict | None = None
@@ -227,9 +238,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Hand the tasks the clusters the job holds (streaming.spark.cluster_gate)."""
         if not (self.options.pack_max_clusters and self.options.pack_cluster_registry):
             return
-        from streaming.spark.cluster_gate import read_admitted
-
-        admitted = read_admitted(self.options.pack_cluster_registry) or frozenset()
+        admitted = self.packer.admitted(self.options)
         for partition in planned:
             partition.admitted_clusters = admitted
 
@@ -281,27 +290,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     _log_dead_letters(publisher.flush(), span, options.dead_letter_topic)
 
         if options.output == "packs":
-            from streaming.spark.packs import route_and_pack
-            from streaming.spark.validity import Limits
-
-            limits = Limits(options.pack_max_future_ms, options.pack_max_past_ms, options.pack_max_epoch,
-                            wall_clock=options.pack_clock == "wall")
-            # one packing pass over all the task's ranges: fewer, fuller packs to shuffle
-            gate = None
-            if options.pack_max_clusters:
-                from streaming.spark.cluster_gate import ClusterGate
-
-                gate = ClusterGate(options.pack_max_clusters, partition.admitted_clusters)
-            yield from route_and_pack(options.pack_client_shards, limits, clock_cap_ms=partition.clock_cap_ms,
-                                      gate=gate)(decoded())
-            if partition.clock_cap_ms is not None and options.pack_hold_shards:
-                from streaming.spark.packs import hold_rows
-
-                yield hold_rows(partition.clock_cap_ms, options.pack_hold_shards)
-            if sum(losses):
-                from streaming.spark.packs import loss_row
-
-                yield loss_row(sum(losses))
+            yield from self.packer.pack(options, decoded(), clock_cap_ms=partition.clock_cap_ms,
+                                        admitted=partition.admitted_clusters, lost=lambda: sum(losses))
         else:
             yield from decoded()
 

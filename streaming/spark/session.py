@@ -99,10 +99,10 @@ def local_cores(master: str) -> int | None:
 def register_data_sources(spark) -> None:
     """Register the Kafka Python data sources (udfs.kafka_source / udfs.kafka_sink) if present."""
     try:
-        from udfs.kafka_source import KafkaEventSource
+        from streaming.spark.source_packs import PackingKafkaSource
     except ImportError:
         return
-    spark.dataSource.register(KafkaEventSource)
+    spark.dataSource.register(PackingKafkaSource)
     try:
         from udfs.kafka_sink import KafkaEventSink
     except ImportError:
