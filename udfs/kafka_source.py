@@ -236,7 +236,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _hand_out_clusters(self, planned: list[KafkaRangePartition]) -> None:
         """Hand the tasks the clusters the job holds (streaming.spark.cluster_gate)."""
-        if not (self.options.pack_max_clusters and self.options.pack_cluster_registry):
+        if self.packer is None or not (self.options.pack_max_clusters and self.options.pack_cluster_registry):
             return
         admitted = self.packer.admitted(self.options)
         for partition in planned:
