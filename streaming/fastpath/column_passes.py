@@ -1,7 +1,7 @@
 """Passes over a pack's Arrow columns that the processor runs before it builds any event dict:
 the brokers key leaves out repeated serves (streaming.fastpath.served_runs), the clients keys apply their
 quiet runs (streaming.fastpath.quiet_responses). The rules decide; this module only reads the
-columns they need, exactly as rules.brokers.serve_columns and rules.clients.response_columns
+columns they need, exactly as served_runs.serve_columns and quiet_responses.response_columns
 read them from dicts (tests/spark compares the two)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.engine.key_engine import KeyEngine
-from streaming.fastpath import served_runs
+from streaming.fastpath import quiet_responses, served_runs
 from streaming.rules import records
 
 
@@ -22,13 +22,13 @@ def repeated_serves(engine: KeyEngine, table: pa.Table, rows: np.ndarray) -> np.
     such serves. For streaming.spark.packs.ready_and_waiting's ``skip``."""
     columns = {name: values[rows] for name, values in serve_columns(table).items()}
     # late events are left to the engine's own pass, which counts them first
-    return engine.table.repeated_serves(**columns) & (columns["time"] >= engine.horizon)
+    return served_runs.fleet_repeated_serves(engine.table, **columns) & (columns["time"] >= engine.horizon)
 
 
 def without_quiet_runs(engine: KeyEngine, ready: pa.Table) -> tuple[pa.Table | None, int]:
     """The clients key's ready events less the clients' quiet runs, applied here from Arrow
     columns (streaming.fastpath.quiet_responses), and how many events that applied."""
-    done = engine.table.apply_quiet_responses(*response_columns(ready), floor=engine.horizon)
+    done = quiet_responses.apply_quiet_responses(engine.table, *response_columns(ready), floor=engine.horizon)
     if not done.any():
         return ready, 0
     rest = ready.filter(pa.array(~done)) if not done.all() else None
@@ -36,7 +36,7 @@ def without_quiet_runs(engine: KeyEngine, ready: pa.Table) -> tuple[pa.Table | N
 
 
 def response_columns(table: pa.Table) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
-    """rules.clients.response_columns, from a pack table."""
+    """quiet_responses.response_columns, from a pack table."""
     client, client_ids = _codes(table, "client_id")
     cluster, cluster_ids = _codes(table, "response_cluster_id")
     columns = {"response": pc.fill_null(pc.equal(table.column("event_type"), "metadata_response"), False).to_numpy(),
@@ -48,7 +48,7 @@ def response_columns(table: pa.Table) -> tuple[dict[str, np.ndarray], list[str],
 
 
 def serve_columns(table: pa.Table) -> dict[str, np.ndarray]:
-    """rules.brokers.serve_columns, from a pack table (a pack leaves out its all-null columns)."""
+    """served_runs.serve_columns, from a pack table (a pack leaves out its all-null columns)."""
     codes = pc.fill_null(pc.add(pc.index_in(table.column("event_type"), value_set=pa.array(served_runs.KIND_NAMES)), 1),
                          served_runs.OTHER)
     return {"kind": codes.to_numpy().astype(np.int8), "broker": _ints(table, "broker_id", -1),

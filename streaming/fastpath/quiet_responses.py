@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streaming.rules.records import NO_TIME
+
 
 @dataclass(frozen=True)
 class QuietRuns:
@@ -69,3 +71,45 @@ def quiet_runs(response: np.ndarray, client: np.ndarray, time: np.ndarray, epoch
 def _no_runs() -> QuietRuns:
     empty = np.zeros(0, np.int64)
     return QuietRuns(empty, empty, empty, empty, empty)
+
+
+def without_quiet_runs(shard, ready: list[dict], floor: int) -> list[dict]:
+    """A clients key's step events (in the order the engine applies them, none applied yet;
+    ``floor``: the key's horizon before the step) less the quiet runs, applied here."""
+    if not ready:
+        return ready
+    done = apply_quiet_responses(shard, *response_columns(ready), floor=floor)
+    return [ev for ev, d in zip(ready, done.tolist()) if not d] if done.any() else ready
+
+
+def apply_quiet_responses(shard, columns: dict[str, np.ndarray], client_ids: list[str], cluster_ids: list[str],
+                          floor: int) -> np.ndarray:
+    """Apply the quiet runs of a step's events to a ClientShard, given as columns (response_columns,
+    or the processor's from Arrow: streaming.fastpath.column_passes); a mask of the events applied."""
+    runs = quiet_runs(**columns, floor=floor, expiry_ms=shard.settings.entity_expiry_ms,
+                      max_jump=shard.settings.max_epoch_jump)
+    return np.isin(columns["client"], np.array(shard.apply_quiet_runs(runs, client_ids, cluster_ids), np.int64))
+
+
+def response_columns(events: list[dict]) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+    """The columns quiet_responses.quiet_runs reads, from event dicts, with the client ids and
+    response cluster ids their codes stand for."""
+    n = len(events)
+    clients: dict[str, int] = {}
+    clusters: dict[str, int] = {}
+
+    def codes(name: str, table: dict[str, int]) -> np.ndarray:
+        return np.fromiter((table.setdefault(v, len(table)) if (v := ev.get(name)) else -1 for ev in events),
+                           np.int64, n)
+
+    def ints(name: str, missing: int) -> np.ndarray:
+        return np.fromiter((missing if (v := ev.get(name)) is None else v for ev in events), np.int64, n)
+
+    columns = {"response": np.fromiter((ev["event_type"] == "metadata_response" for ev in events), bool, n),
+               "client": codes("client_id", clients), "time": ints("event_time", NO_TIME),
+               "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
+               "broker_count": ints("broker_count", 0), "cluster": codes("response_cluster_id", clusters),
+               # with a client id and time >= 0: what streaming.engine.key_engine.invalid_reason asks of a response
+               "usable": np.fromiter((bool(ev.get("cluster_id")) and ev.get("broker_id") is not None for ev in events),
+                                     bool, n)}
+    return columns, list(clients), list(clusters)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from streaming.rules.records import NO_TIME
+
 KIND_NAMES = ("broker_heartbeat", "metadata_update", "metadata_response")
 OTHER, HEARTBEAT, UPDATE, RESPONSE = range(4)
 KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES, start=1)}
@@ -136,3 +138,39 @@ def _newest_floor(kind: np.ndarray, epoch: np.ndarray, time: np.ndarray, broker:
     applied = update & valid & (controller_epoch >= newest_controller)
     floor_after = np.maximum.accumulate(np.where(applied, epoch, newest_epoch))
     return np.concatenate(([newest_epoch], floor_after[:-1]))
+
+
+def without_repeated_serves(fleet, ready: list[dict]) -> list[dict]:
+    """A brokers key's step events (in the order the engine applies them) less the serves that
+    cannot change anything, judged against the fleet's state before the step."""
+    if len(ready) < 3:
+        return ready
+    skip = fleet_repeated_serves(fleet, **serve_columns(ready))
+    return [ev for ev, s in zip(ready, skip.tolist()) if not s] if skip.any() else ready
+
+
+def fleet_repeated_serves(fleet, **columns) -> np.ndarray:
+    """repeated_serves against a BrokerFleet's state before the step (columns: serve_columns, or
+    the processor's from Arrow: streaming.fastpath.column_passes)."""
+    return repeated_serves(
+        **columns, newest_epoch=fleet.cluster.newest_epoch, controller=fleet.cluster.controller_epoch,
+        last_served={bid: b.last_served_ms for bid, b in fleet.brokers.items() if b.last_served_ms != NO_TIME},
+        grace_ms=fleet.settings.metadata_lag_grace_ms, max_epoch_jump=fleet.settings.max_epoch_jump,
+        max_controller_epoch_jump=fleet.settings.max_controller_epoch_jump)
+
+
+def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:
+    """The columns served_runs.repeated_serves reads, from event dicts."""
+    n = len(events)
+    codes = KIND_CODES
+
+    def ints(name: str, missing: int) -> np.ndarray:
+        return np.fromiter((missing if (v := ev.get(name)) is None else v for ev in events), np.int64, n)
+
+    return {"kind": np.fromiter((codes.get(ev["event_type"], OTHER) for ev in events), np.int8, n),
+            "broker": ints("broker_id", -1), "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
+            "time": ints("event_time", NO_TIME), "controller_epoch": ints("controller_epoch", -1),
+            "controller_id": ints("controller_id", -1),
+            # with the time, what streaming.engine.key_engine.invalid_reason requires of a metadata response
+            "named": np.fromiter((bool(ev.get("cluster_id")) for ev in events), bool, n),
+            "has_client": np.fromiter((bool(ev.get("client_id")) for ev in events), bool, n)}

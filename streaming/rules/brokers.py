@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from streaming import events
 from streaming.config import RuleSettings
 from streaming.fastpath import served_runs
@@ -212,18 +210,7 @@ class BrokerFleet(RulesTable):
     def without_runs(self, ready: list[dict], floor: int) -> list[dict]:
         """``ready`` (in the order the engine applies it) less the serves that cannot change
         anything (streaming.fastpath.served_runs)."""
-        if len(ready) < 3:
-            return ready
-        skip = self.repeated_serves(**serve_columns(ready))
-        return [ev for ev, s in zip(ready, skip.tolist()) if not s] if skip.any() else ready
-
-    def repeated_serves(self, **columns) -> np.ndarray:
-        """served_runs.repeated_serves against this fleet's state before the step."""
-        return served_runs.repeated_serves(
-            **columns, newest_epoch=self.cluster.newest_epoch, controller=self.cluster.controller_epoch,
-            last_served={bid: b.last_served_ms for bid, b in self.brokers.items() if b.last_served_ms != NO_TIME},
-            grace_ms=self.settings.metadata_lag_grace_ms, max_epoch_jump=self.settings.max_epoch_jump,
-            max_controller_epoch_jump=self.settings.max_controller_epoch_jump)
+        return served_runs.without_repeated_serves(self, ready)
 
     def on_served_epoch(self, ev: dict) -> None:
         epoch = ev["metadata_epoch"]
@@ -471,20 +458,3 @@ class BrokerFleet(RulesTable):
         if not self.brokers:   # a fleet whose every broker expired reports nothing: its series went with them
             return [], None
         return self.status_rows(self.touched), {"kind": "cluster", "metadata_epoch": self.cluster.newest_epoch}
-
-
-def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:
-    """The columns served_runs.repeated_serves reads, from event dicts."""
-    n = len(events)
-    codes = served_runs.KIND_CODES
-
-    def ints(name: str, missing: int) -> np.ndarray:
-        return np.fromiter((missing if (v := ev.get(name)) is None else v for ev in events), np.int64, n)
-
-    return {"kind": np.fromiter((codes.get(ev["event_type"], served_runs.OTHER) for ev in events), np.int8, n),
-            "broker": ints("broker_id", -1), "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
-            "time": ints("event_time", NO_TIME), "controller_epoch": ints("controller_epoch", -1),
-            "controller_id": ints("controller_id", -1),
-            # with the time, what streaming.engine.key_engine.invalid_reason requires of a metadata response
-            "named": np.fromiter((bool(ev.get("cluster_id")) for ev in events), bool, n),
-            "has_client": np.fromiter((bool(ev.get("client_id")) for ev in events), bool, n)}

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-import numpy as np
-
 from streaming.config import RuleSettings
-from streaming.fastpath.quiet_responses import QuietRuns, quiet_runs
+from streaming.fastpath import quiet_responses
+from streaming.fastpath.quiet_responses import QuietRuns
 from streaming.rules.lifecycle import Condition, condition
 from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, jumps, over_capacity, shard_cap, utc
 from streaming.rules.table import RulesTable
@@ -69,20 +68,9 @@ class ClientShard(RulesTable):
         """``ready`` (in the order the engine applies it, nothing of it applied yet; ``floor``: the
         key's horizon before the step) less the clients' quiet runs, which are applied here
         (streaming.fastpath.quiet_responses)."""
-        if not ready:
-            return ready
-        done = self.apply_quiet_responses(*response_columns(ready), floor=floor)
-        return [ev for ev, d in zip(ready, done.tolist()) if not d] if done.any() else ready
+        return quiet_responses.without_quiet_runs(self, ready, floor)
 
-    def apply_quiet_responses(self, columns: dict[str, np.ndarray], client_ids: list[str], cluster_ids: list[str],
-                              floor: int) -> np.ndarray:
-        """Apply the quiet runs of a step's events, given as columns (response_columns, or the
-        processor's from Arrow: streaming.fastpath.column_passes); a mask of the events applied."""
-        runs = quiet_runs(**columns, floor=floor, expiry_ms=self.settings.entity_expiry_ms,
-                          max_jump=self.settings.max_epoch_jump)
-        return np.isin(columns["client"], self.apply_quiet_runs(runs, client_ids, cluster_ids))
-
-    def apply_quiet_runs(self, runs: QuietRuns, client_ids: list[str], cluster_ids: list[str]) -> np.ndarray:
+    def apply_quiet_runs(self, runs: QuietRuns, client_ids: list[str], cluster_ids: list[str]) -> list[int]:
         """Apply each run whose client record allows it, as its last response; the codes of the
         clients applied. A client with a failure, stale incident or mismatch open, an accepted
         epoch above the run's first, another known cluster, or silent for the entity expiry
@@ -108,7 +96,7 @@ class ClientShard(RulesTable):
                 c.known_cluster_id = cluster_id
             c.accepted_epoch, c.accepted_ms = final_epoch, last
             applied.append(code)
-        return np.array(applied, np.int64)
+        return applied
 
     def on_response(self, c: ClientRecord, ev: dict, t: int) -> None:
         if ev.get("error_code", 0) != 0 or ev["broker_count"] <= 0:
@@ -232,27 +220,3 @@ class ClientShard(RulesTable):
         stale = sum(1 for c in open_ if c.stale_broker_ids)
         overdue = sum(1 for c in open_ if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= trigger)
         return [], {"kind": "clients", "stale_clients": stale, "overdue_clients": overdue}
-
-
-def response_columns(events: list[dict]) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
-    """The columns quiet_responses.quiet_runs reads, from event dicts, with the client ids and
-    response cluster ids their codes stand for."""
-    n = len(events)
-    clients: dict[str, int] = {}
-    clusters: dict[str, int] = {}
-
-    def codes(name: str, table: dict[str, int]) -> np.ndarray:
-        return np.fromiter((table.setdefault(v, len(table)) if (v := ev.get(name)) else -1 for ev in events),
-                           np.int64, n)
-
-    def ints(name: str, missing: int) -> np.ndarray:
-        return np.fromiter((missing if (v := ev.get(name)) is None else v for ev in events), np.int64, n)
-
-    columns = {"response": np.fromiter((ev["event_type"] == "metadata_response" for ev in events), bool, n),
-               "client": codes("client_id", clients), "time": ints("event_time", NO_TIME),
-               "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
-               "broker_count": ints("broker_count", 0), "cluster": codes("response_cluster_id", clusters),
-               # with a client id and time >= 0: what streaming.engine.key_engine.invalid_reason asks of a response
-               "usable": np.fromiter((bool(ev.get("cluster_id")) and ev.get("broker_id") is not None for ev in events),
-                                     bool, n)}
-    return columns, list(clients), list(clusters)

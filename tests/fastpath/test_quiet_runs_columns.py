@@ -13,7 +13,7 @@ import pytest
 from streaming.config import RuleSettings
 from streaming.engine.key_engine import KeyEngine
 from streaming.fastpath import column_passes
-from streaming.rules.clients import response_columns
+from streaming.fastpath.quiet_responses import response_columns
 from streaming.spark.packs import read_packs, ready_and_waiting, to_dicts
 from streaming.spark.routing import shard_of
 from streaming.tools.simulate import ClusterShape, run_scenario

@@ -13,7 +13,7 @@ import pytest
 from streaming.config import RuleSettings
 from streaming.engine.key_engine import KeyEngine
 from streaming.fastpath import column_passes
-from streaming.rules.brokers import serve_columns
+from streaming.fastpath.served_runs import serve_columns
 from streaming.spark.packs import read_packs, ready_and_waiting, to_dicts
 from streaming.tools.simulate import ClusterShape, run_scenario
 from tests.support.builders import hb, response, update
