@@ -109,7 +109,7 @@ def response_columns(events: list[dict]) -> tuple[dict[str, np.ndarray], list[st
                "client": codes("client_id", clients), "time": ints("event_time", NO_TIME),
                "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
                "broker_count": ints("broker_count", 0), "cluster": codes("response_cluster_id", clusters),
-               # with a client id and time >= 0: what streaming.engine.key_engine.invalid_reason asks of a response
+               # with a client id and time >= 0: what streaming.rules.validity.invalid_reason asks of a response
                "usable": np.fromiter((bool(ev.get("cluster_id")) and ev.get("broker_id") is not None for ev in events),
                                      bool, n)}
     return columns, list(clients), list(clusters)

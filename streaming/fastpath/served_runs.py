@@ -129,7 +129,7 @@ def _newest_floor(kind: np.ndarray, epoch: np.ndarray, time: np.ndarray, broker:
 
     The 1,000 brokers of a fleet each apply every new epoch: without this, each of those updates
     would end every broker's run, not only the first one. An update certainly raised the newest
-    to its epoch if the engine applies it: valid (engine.invalid_reason) and from a controller
+    to its epoch if the engine applies it: valid (rules.validity.invalid_reason) and from a controller
     epoch at least every one seen so far in the step or before it (BrokerFleet.on_metadata_update
     ignores a deposed controller's update, and no broker applied a later controller's)."""
     update = kind == UPDATE
@@ -171,6 +171,6 @@ def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:
             "broker": ints("broker_id", -1), "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
             "time": ints("event_time", NO_TIME), "controller_epoch": ints("controller_epoch", -1),
             "controller_id": ints("controller_id", -1),
-            # with the time, what streaming.engine.key_engine.invalid_reason requires of a metadata response
+            # with the time, what streaming.rules.validity.invalid_reason requires of a metadata response
             "named": np.fromiter((bool(ev.get("cluster_id")) for ev in events), bool, n),
             "has_client": np.fromiter((bool(ev.get("client_id")) for ev in events), bool, n)}

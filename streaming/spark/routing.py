@@ -26,7 +26,7 @@ from streaming.times import utc_text
 
 DEAD_LETTER_SHARDS = 4
 # What the brokers key reads of a metadata response it gets as a served epoch
-# (BrokerFleet.on_served_epoch, engine.invalid_reason, fastpath.served_runs): its packs carry no more
+# (BrokerFleet.on_served_epoch, rules.validity.invalid_reason, fastpath.served_runs): its packs carry no more
 SERVED_EPOCH_FIELDS = frozenset({"event_type", "cluster_id", "event_time", "client_id", "broker_id",
                                  "metadata_epoch", "error_code"})
 

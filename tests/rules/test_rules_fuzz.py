@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 
 from streaming import events
 from streaming.config import RuleSettings
-from streaming.engine.key_engine import KeyEngine, invalid_reason
+from streaming.engine.key_engine import KeyEngine
 from streaming.engine.local import LocalDetector
 from streaming.rules.catalog import RULES
 from streaming.rules.nodes import MAX_TRACKED_CLIENTS
+from streaming.rules.validity import invalid_reason
 from streaming.spark.routing import routes
 from tests.support.event_strategies import event_streams, examples, hang_timeout_s
 
