@@ -18,35 +18,26 @@ CLIENT_ALERTS = (
 
 def stale_clients_stat() -> stat.Panel:
     return (
-        stat.Panel().title("Clients on stale metadata")
+        c.stat_panel("Clients on stale metadata",
+                     f"sum({selector('epochwatch_clients_stale_metadata')}) or vector(0)", span=8, height=5,
+                     thresholds=c.thresholds(c.GREEN, (1, c.ORANGE), (10, c.RED)))
         .description("Clients whose last metadata response carried an epoch below one they had already accepted.")
-        .with_target(c.query(f"sum({selector('epochwatch_clients_stale_metadata')}) or vector(0)"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(8).height(5)
-        .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE), (10, c.RED))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
     )
 
 
 def overdue_rebootstrap_stat() -> stat.Panel:
     return (
-        stat.Panel().title("Clients overdue for rebootstrap")
+        c.stat_panel("Clients overdue for rebootstrap",
+                     f"sum({selector('epochwatch_clients_rebootstrap_overdue')}) or vector(0)", span=8, height=5,
+                     thresholds=c.thresholds(c.GREEN, (1, c.RED)))
         .description("Clients without usable metadata for longer than metadata.recovery.rebootstrap.trigger.ms (KIP-1102).")
-        .with_target(c.query(f"sum({selector('epochwatch_clients_rebootstrap_overdue')}) or vector(0)"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(8).height(5)
-        .thresholds(c.thresholds(c.GREEN, (1, c.RED))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
     )
 
 
 def client_alerts_stat() -> stat.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=CLIENT_ALERTS)
-    return (
-        stat.Panel().title("Client alerts firing")
-        .with_target(c.query(f"sum({firing}) or vector(0)"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(8).height(5)
-        .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.NONE)
-    )
+    return c.stat_panel("Client alerts firing", f"sum({firing}) or vector(0)", span=8, height=5,
+                        thresholds=c.thresholds(c.GREEN, (1, c.ORANGE)), graph=cm.BigValueGraphMode.NONE)
 
 
 def stale_clients_timeseries() -> timeseries.Panel:

@@ -10,7 +10,7 @@ import json
 
 from grafana_foundation_sdk.builders import common as viz
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import prometheus
+from grafana_foundation_sdk.builders import prometheus, stat
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
@@ -45,6 +45,21 @@ def query(expr: str, legend: str = "", ref_id: str = "A", instant: bool = False)
     if instant:
         q = q.instant().format(pm.PromQueryFormat.TABLE)
     return q
+
+
+def stat_panel(title: str, expr: str, *, span: int, height: int, unit: str | None = "short",
+               thresholds: dash.ThresholdsConfig | None = None, legend: str = "", instant: bool = False,
+               color: cm.BigValueColorMode = cm.BigValueColorMode.BACKGROUND,
+               graph: cm.BigValueGraphMode = cm.BigValueGraphMode.AREA) -> stat.Panel:
+    """A single-number panel of whole numbers, coloured by ``thresholds`` when given; chain the
+    rest (description, links, mappings) onto it."""
+    panel = (stat.Panel().title(title).with_target(query(expr, legend=legend, instant=instant))
+             .datasource(datasource()).decimals(0).span(span).height(height).color_mode(color).graph_mode(graph))
+    if unit is not None:
+        panel = panel.unit(unit)
+    if thresholds is not None:
+        panel = panel.thresholds(thresholds).color_scheme(threshold_colors())
+    return panel
 
 
 def datasource_variable() -> dash.DatasourceVariable:

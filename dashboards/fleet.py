@@ -14,12 +14,10 @@ TITLE = "epochwatch / Fleet overview"
 
 def clusters_stat() -> stat.Panel:
     return (
-        stat.Panel().title("Clusters reporting")
+        c.stat_panel("Clusters reporting", f"count({sum_by(('cluster',), selector('epochwatch_broker_state'))})",
+                     instant=True, span=4, height=4, thresholds=c.thresholds(c.RED, (1, c.GREEN)),
+                     color=cm.BigValueColorMode.VALUE, graph=cm.BigValueGraphMode.NONE)
         .description("Kafka clusters with at least one broker known to epochwatch.")
-        .with_target(c.query(f"count({sum_by(('cluster',), selector('epochwatch_broker_state'))})", instant=True))
-        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
-        .thresholds(c.thresholds(c.RED, (1, c.GREEN))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.NONE)
     )
 
 
@@ -27,23 +25,16 @@ def brokers_in_state_stat(state: str, bad_from: float | None) -> stat.Panel:
     """Brokers in ``state`` right now; coloured when at least ``bad_from`` brokers are in it."""
     colors = c.thresholds(c.STATE_COLORS[state], (bad_from, c.RED)) if bad_from else c.thresholds(c.STATE_COLORS[state])
     return (
-        stat.Panel().title(f"Brokers {state}")
-        .with_target(c.query(f"sum({selector('epochwatch_broker_state', state=state)})"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
-        .thresholds(colors).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
+        c.stat_panel(f"Brokers {state}", f"sum({selector('epochwatch_broker_state', state=state)})", span=4,
+                     height=4, thresholds=colors)
         .links([c.dashboard_link(c.UID_BROKER_STATES, "Broker state timeline")])
     )
 
 
 def alerts_firing_stat(severity: str) -> stat.Panel:
-    return (
-        stat.Panel().title(f"Alerts firing ({severity})")
-        .with_target(c.query(f"sum({selector('epochwatch_alerts_firing', severity=severity)}) or vector(0)"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
-        .thresholds(c.thresholds(c.GREEN, (1, c.SEVERITY_COLORS[severity]))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
-    )
+    return c.stat_panel(f"Alerts firing ({severity})",
+                        f"sum({selector('epochwatch_alerts_firing', severity=severity)}) or vector(0)", span=4,
+                        height=4, thresholds=c.thresholds(c.GREEN, (1, c.SEVERITY_COLORS[severity])))
 
 
 def brokers_per_state_timeseries() -> timeseries.Panel:

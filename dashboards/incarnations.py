@@ -15,25 +15,20 @@ REGRESSION_ALERTS = ("BrokerIncarnationRegression", "DuplicateBrokerId")
 
 
 def restarts_in_range_stat() -> stat.Panel:
-    return (
-        stat.Panel().title("Restarts in the time range")
-        .with_target(c.query(f"sum({increase('epochwatch_broker_restarts_total', RANGE_WINDOW)}) or vector(0)", instant=True))
-        .datasource(c.datasource()).unit("short").decimals(0).span(6).height(5)
-        .thresholds(c.thresholds(c.GREEN, (1, c.YELLOW), (5, c.ORANGE))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.NONE)
-    )
+    return c.stat_panel("Restarts in the time range",
+                        f"sum({increase('epochwatch_broker_restarts_total', RANGE_WINDOW)}) or vector(0)",
+                        instant=True, span=6, height=5,
+                        thresholds=c.thresholds(c.GREEN, (1, c.YELLOW), (5, c.ORANGE)),
+                        color=cm.BigValueColorMode.VALUE, graph=cm.BigValueGraphMode.NONE)
 
 
 def regressions_firing_stat() -> stat.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=REGRESSION_ALERTS)
     return (
-        stat.Panel().title("Incarnation regressions / duplicate ids firing")
+        c.stat_panel("Incarnation regressions / duplicate ids firing", f"sum({firing}) or vector(0)", span=6,
+                     height=5, thresholds=c.thresholds(c.GREEN, (1, c.RED)))
         .description("An older incarnation (broker epoch) than one already seen: a zombie process or two "
                      "processes with the same broker id (KIP-343 INVALID_INCARNATION_ID, KRaft STALE_BROKER_EPOCH).")
-        .with_target(c.query(f"sum({firing}) or vector(0)"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(6).height(5)
-        .thresholds(c.thresholds(c.GREEN, (1, c.RED))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
     )
 
 

@@ -21,44 +21,26 @@ def lag_thresholds():
 
 
 def max_lag_stat() -> stat.Panel:
-    return (
-        stat.Panel().title("Largest lag now")
-        .with_target(c.query(f"max({selector('epochwatch_broker_metadata_epoch_lag')})"))
-        .datasource(c.datasource()).unit("none").decimals(0).span(6).height(5)
-        .thresholds(lag_thresholds()).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
-    )
+    return c.stat_panel("Largest lag now", f"max({selector('epochwatch_broker_metadata_epoch_lag')})", span=6,
+                        height=5, unit="none", thresholds=lag_thresholds())
 
 
 def lagging_brokers_stat() -> stat.Panel:
     lagging = f"{selector('epochwatch_broker_metadata_epoch_lag')} >= {LAG_WARNING}"
-    return (
-        stat.Panel().title(f"Brokers lagging by {LAG_WARNING}+ epochs")
-        .with_target(c.query(f"count({lagging}) or vector(0)"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(6).height(5)
-        .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.NONE)
-    )
+    return c.stat_panel(f"Brokers lagging by {LAG_WARNING}+ epochs", f"count({lagging}) or vector(0)", span=6,
+                        height=5, thresholds=c.thresholds(c.GREEN, (1, c.ORANGE)), graph=cm.BigValueGraphMode.NONE)
 
 
 def lag_alerts_stat() -> stat.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=LAG_ALERTS)
-    return (
-        stat.Panel().title("Lag / epoch regression alerts firing")
-        .with_target(c.query(f"sum({firing}) or vector(0)"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(6).height(5)
-        .thresholds(c.thresholds(c.GREEN, (1, c.RED))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.NONE)
-    )
+    return c.stat_panel("Lag / epoch regression alerts firing", f"sum({firing}) or vector(0)", span=6, height=5,
+                        thresholds=c.thresholds(c.GREEN, (1, c.RED)), graph=cm.BigValueGraphMode.NONE)
 
 
 def cluster_epoch_stat() -> stat.Panel:
-    return (
-        stat.Panel().title("Controller metadata epoch")
-        .with_target(c.query(max_by(("cluster",), selector("epochwatch_cluster_metadata_epoch")), legend="{{cluster}}"))
-        .datasource(c.datasource()).unit("none").decimals(0).span(6).height(5)
-        .color_mode(cm.BigValueColorMode.NONE).graph_mode(cm.BigValueGraphMode.AREA)
-    )
+    return c.stat_panel("Controller metadata epoch",
+                        max_by(("cluster",), selector("epochwatch_cluster_metadata_epoch")), legend="{{cluster}}",
+                        span=6, height=5, unit="none", color=cm.BigValueColorMode.NONE)
 
 
 def lag_timeseries() -> timeseries.Panel:

@@ -16,64 +16,47 @@ BATCH_AGE_WARNING, BATCH_AGE_CRITICAL = 60, 300
 
 def up_stat() -> stat.Panel:
     return (
-        stat.Panel().title("Job up")
-        .with_target(c.query(f"min({selector('epochwatch_up')})"))
-        .datasource(c.datasource()).span(4).height(4).decimals(0)
+        c.stat_panel("Job up", f"min({selector('epochwatch_up')})", span=4, height=4, unit=None,
+                     thresholds=c.thresholds(c.RED, (1, c.GREEN)), graph=cm.BigValueGraphMode.NONE)
         .mappings(c.up_down_mappings()).no_value("DOWN (no data)")
-        .thresholds(c.thresholds(c.RED, (1, c.GREEN))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.NONE)
     )
 
 
 def last_batch_age_stat() -> stat.Panel:
     return (
-        stat.Panel().title("Last batch age")
+        c.stat_panel("Last batch age", f"time() - max({selector('epochwatch_last_batch_timestamp_seconds')})",
+                     span=4, height=4, unit="s",
+                     thresholds=c.thresholds(c.GREEN, (BATCH_AGE_WARNING, c.ORANGE), (BATCH_AGE_CRITICAL, c.RED)))
         .description("Time since the last micro-batch finished.")
-        .with_target(c.query(f"time() - max({selector('epochwatch_last_batch_timestamp_seconds')})"))
-        .datasource(c.datasource()).unit("s").decimals(0).span(4).height(4)
-        .thresholds(c.thresholds(c.GREEN, (BATCH_AGE_WARNING, c.ORANGE), (BATCH_AGE_CRITICAL, c.RED)))
-        .color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
     )
 
 
 def source_lag_stat() -> stat.Panel:
     return (
-        stat.Panel().title("Source lag")
+        c.stat_panel("Source lag", f"sum({selector('epochwatch_source_lag_records')})", span=4, height=4,
+                     thresholds=c.thresholds(c.GREEN, (10_000, c.ORANGE), (1_000_000, c.RED)),
+                     color=cm.BigValueColorMode.VALUE)
         .description("Records in Kafka not yet read by the job.")
-        .with_target(c.query(f"sum({selector('epochwatch_source_lag_records')})"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
-        .thresholds(c.thresholds(c.GREEN, (10_000, c.ORANGE), (1_000_000, c.RED))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.AREA)
     )
 
 
 def state_rows_stat() -> stat.Panel:
-    return (
-        stat.Panel().title("State rows")
-        .with_target(c.query(f"sum({selector('epochwatch_state_rows')})"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
-        .color_mode(cm.BigValueColorMode.NONE).graph_mode(cm.BigValueGraphMode.AREA)
-    )
+    return c.stat_panel("State rows", f"sum({selector('epochwatch_state_rows')})", span=4, height=4,
+                        color=cm.BigValueColorMode.NONE)
 
 
 def alertmanager_backlog_stat() -> stat.Panel:
     return (
-        stat.Panel().title("Alertmanager backlog")
+        c.stat_panel("Alertmanager backlog", f"sum({selector('epochwatch_alertmanager_backlog')})", span=4, height=4,
+                     thresholds=c.thresholds(c.GREEN, (1, c.ORANGE), (100, c.RED)))
         .description("Alert notifications waiting to be delivered to Alertmanager.")
-        .with_target(c.query(f"sum({selector('epochwatch_alertmanager_backlog')})"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
-        .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE), (100, c.RED))).color_scheme(c.threshold_colors())
-        .color_mode(cm.BigValueColorMode.BACKGROUND).graph_mode(cm.BigValueGraphMode.AREA)
     )
 
 
 def alerts_firing_stat() -> stat.Panel:
     return (
-        stat.Panel().title("Alerts firing")
-        .with_target(c.query(f"sum({selector('epochwatch_alerts_firing')}) or vector(0)"))
-        .datasource(c.datasource()).unit("short").decimals(0).span(4).height(4)
-        .color_mode(cm.BigValueColorMode.NONE).graph_mode(cm.BigValueGraphMode.AREA)
+        c.stat_panel("Alerts firing", f"sum({selector('epochwatch_alerts_firing')}) or vector(0)", span=4, height=4,
+                     color=cm.BigValueColorMode.NONE)
         .links([c.dashboard_link(c.UID_FLEET, "Fleet overview")])
     )
 
