@@ -13,19 +13,44 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import yaml
 
-from udfs.redact import redact, redacted_repr
+from udfs.redact import is_secret, redact, redacted_repr
 
 
 class ConfigError(ValueError):
     """A configuration problem: ``key`` is the dotted path, ``fix`` what to do."""
 
     def __init__(self, key: str, problem: str, fix: str):
-        super().__init__(f"config key '{key}': {problem}. Fix: {fix}")
+        what = f"option '{key}'" if key.startswith("--") else f"config key '{key}'"   # --config: the file itself
+        super().__init__(f"{what}: {problem}. Fix: {fix}")
         self.key, self.problem, self.fix = key, problem, fix
+
+
+class ConfigErrors(ConfigError):
+    """Every problem a config has, found in one pass (the first one's key, problem and fix too)."""
+
+    def __init__(self, problems: list[ConfigError]):
+        ValueError.__init__(self, f"{len(problems)} problems in the config:\n" + "\n".join(f"- {p}" for p in problems))
+        self.key, self.problem, self.fix = problems[0].key, problems[0].problem, problems[0].fix
+        self.problems = problems
+
+
+class _PartlyRead(Exception):
+    """A mapping some entries of which could not be read: the rest, and what was wrong."""
+
+    def __init__(self, value: dict, problems: list[ConfigError]):
+        super().__init__(value)
+        self.value, self.problems = value, problems
+
+
+def _raise_all(problems: list[ConfigError]) -> None:
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise ConfigErrors(problems)
 
 
 def _alias(name: str) -> dict:
@@ -253,7 +278,15 @@ def _coerce(section: str, f: dataclasses.Field, value: Any) -> Any:
             return {}  # a section with every line commented out
         if not isinstance(value, Mapping):
             raise ConfigError(key, "must be a mapping of setting names to values", "indent one 'name: value' per line")
-        return {str(k): str(_expand_env(v, f"{key}.{k}")) for k, v in value.items()}
+        out, failed = {}, []
+        for k, v in value.items():
+            try:
+                out[str(k)] = str(_expand_env(v, f"{key}.{k}"))
+            except ConfigError as exc:
+                failed.append(exc)
+        if failed:   # the entries that could be read are still checked (validate), then all are told
+            raise _PartlyRead(out, failed)
+        return out
     if value is None and "None" in typ:
         return None
     if not isinstance(value, (str, int, float)):
@@ -267,7 +300,8 @@ def _coerce(section: str, f: dataclasses.Field, value: Any) -> Any:
     return value
 
 
-def _build(cls, section: str, raw: Mapping[str, Any]):
+def _build(cls, section: str, raw: Mapping[str, Any], problems: list[ConfigError]):
+    """The section's settings; every key's problem goes to ``problems`` (the defaults stand in)."""
     by_yaml = {f.metadata.get("yaml", f.name): f for f in fields(cls)}
     flat = {}
     for k, v in raw.items():
@@ -280,67 +314,166 @@ def _build(cls, section: str, raw: Mapping[str, Any]):
         if k not in by_yaml:
             close = difflib.get_close_matches(k, list(by_yaml), n=1, cutoff=0.6)
             hint = f"did you mean '{section}.{close[0]}'?" if close else f"valid keys: {', '.join(sorted(by_yaml))}"
-            raise ConfigError(f"{section}.{k}", "is not a known setting", hint)
+            problems.append(ConfigError(f"{section}.{k}", "is not a known setting", hint))
+            continue
         f = by_yaml[k]
-        kwargs[f.name] = _coerce(section, f, v)
-    return cls(**kwargs)
+        try:
+            kwargs[f.name] = _coerce(section, f, v)
+        except _PartlyRead as partly:
+            kwargs[f.name] = partly.value
+            problems.extend(partly.problems)
+        except ConfigError as exc:
+            problems.append(exc)
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        problems.append(exc)
+        return cls()
 
 
 def validate(settings: Settings) -> Settings:
+    """The settings, or every problem they have at once (ConfigErrors; one alone: ConfigError)."""
+    _raise_all(list(_problems(settings)))
+    return settings
+
+
+def _problems(settings: Settings) -> Iterator[ConfigError]:
     r = settings.rules
     if r.controller_heartbeat_timeout_ms <= r.broker_heartbeat_interval_ms:
-        raise ConfigError("rules.controller.heartbeat.timeout.ms",
+        yield ConfigError("rules.controller.heartbeat.timeout.ms",
                           f"{r.controller_heartbeat_timeout_ms} is not above broker.heartbeat.interval.ms={r.broker_heartbeat_interval_ms}",
                           "the timeout must cover several heartbeat intervals (Kafka: 9000 vs 2000)")
     if r.connection_setup_timeout_max_ms < r.connection_setup_timeout_ms:
-        raise ConfigError("rules.socket.connection.setup.timeout.max.ms", "is below socket.connection.setup.timeout.ms",
+        yield ConfigError("rules.socket.connection.setup.timeout.max.ms", "is below socket.connection.setup.timeout.ms",
                           "set the max at least as large as the base timeout (Kafka: 30000 vs 10000)")
     url = settings.sinks.alertmanager_url
     if url and not url.startswith(("http://", "https://")):
-        raise ConfigError("sinks.alertmanager.url", f"{redact(url)!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
+        yield ConfigError("sinks.alertmanager.url", f"{redact(url)!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
     c = settings.collect
     for key, value in (("interval.ms", c.interval_ms), ("request.timeout.ms", c.request_timeout_ms),
                        ("exporter.timeout.ms", c.exporter_timeout_ms),
                        ("metadata.stale.after.ms", c.metadata_stale_after_ms)):
         if value <= 0:
-            raise ConfigError(f"collect.{key}", f"{value} is not above 0", "leave it out for the default, or use e.g. 2000")
+            yield ConfigError(f"collect.{key}", f"{value} is not above 0", "leave it out for the default, or use e.g. 2000")
     from streaming.collect.probes import client_options
 
-    client_options(c.client)  # a security setting the collector's client cannot use fails now, not later
+    collect_client_read = True
+    try:
+        client_options(c.client)  # a security setting the collector's client cannot use fails now, not later
+    except ConfigError as exc:
+        collect_client_read = False
+        yield exc
     if c.offset_commits == "on":
         from streaming.collect.commit_log import kafka_libs, tools_jar
 
         libs = kafka_libs(c.kafka_libs)
         if tools_jar(libs) is None:
-            raise ConfigError("collect.kafka.libs", f"{libs} holds no kafka-tools-*.jar (collect.offset.commits is on)",
+            yield ConfigError("collect.kafka.libs", f"{libs} holds no kafka-tools-*.jar (collect.offset.commits is on)",
                               "point it at a Kafka installation's libs folder (e.g. /opt/kafka/libs), run "
                               "`deploy/local/dev setup`, or set collect.offset.commits: off")
     for u in c.urls():
         if not u.startswith(("http://", "https://")):
-            raise ConfigError("collect.exporter.urls", f"{u!r} is not an http(s) URL",
+            yield ConfigError("collect.exporter.urls", f"{u!r} is not an http(s) URL",
                               "list the exporters' URLs, comma-separated, e.g. http://broker-1:7071/metrics")
     if r.client_shards < 1:
-        raise ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (at least 4x the shuffle partitions)")
+        yield ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (at least 4x the shuffle partitions)")
     for key, value in (("state.max.brokers.per.cluster", r.max_brokers), ("state.max.nodes.per.cluster", r.max_nodes),
                        ("state.max.clients.per.cluster", r.max_clients),
                        ("state.max.commit.partitions.per.cluster", r.max_commit_partitions),
                        ("state.max.clusters", r.max_clusters)):
         if value < 1:
-            raise ConfigError(f"rules.{key}", f"{value} would refuse every entity",
+            yield ConfigError(f"rules.{key}", f"{value} would refuse every entity",
                               f"use a value above 0, or leave it out for the default ({_DEFAULT_RULES[key]})")
     for key, value in (("event.max.future.ms", r.max_future_ms), ("event.max.past.ms", r.max_past_ms),
                        ("event.max.epoch", r.max_epoch), ("event.max.epoch.jump", r.max_epoch_jump),
                        ("event.max.controller.epoch.jump", r.max_controller_epoch_jump)):
         if value < 1:
-            raise ConfigError(f"rules.{key}", f"{value} would refuse every event",
+            yield ConfigError(f"rules.{key}", f"{value} would refuse every event",
                               f"use a value above 0, or leave it out for the default ({_DEFAULT_RULES[key]})")
     if r.max_past_ms <= r.allowed_lateness_ms:
-        raise ConfigError("rules.event.max.past.ms", f"{r.max_past_ms} is not above event.allowed.lateness.ms",
+        yield ConfigError("rules.event.max.past.ms", f"{r.max_past_ms} is not above event.allowed.lateness.ms",
                           "events within the allowed lateness are late, not implausible: use e.g. 604800000 (7 days)")
     if r.max_epoch_jump > r.max_epoch:
-        raise ConfigError("rules.event.max.epoch.jump", f"{r.max_epoch_jump} is above event.max.epoch={r.max_epoch}",
+        yield ConfigError("rules.event.max.epoch.jump", f"{r.max_epoch_jump} is above event.max.epoch={r.max_epoch}",
                           "a jump cannot be larger than the largest epoch: use e.g. 1099511627776 (2^40)")
-    return settings
+    for key, value in ((k, getattr(r, f)) for k, f in _POSITIVE_RULES.items()):
+        if value < 1:
+            yield ConfigError(f"rules.{key}", f"{value} is not above 0",
+                              f"leave it out for the default ({_DEFAULT_RULES[key]}), or use a value above 0")
+    if settings.sinks.alertmanager_resend_interval_s < 1:
+        yield ConfigError("sinks.alertmanager.resend.interval.s", f"{settings.sinks.alertmanager_resend_interval_s} "
+                          "is not above 0", "leave it out for the default (60), or use a value above 0")
+    for key, port in (("sinks.metrics.port", settings.sinks.metrics_port), ("collect.metrics.port", c.metrics_port)):
+        if port > 65535:
+            yield ConfigError(key, f"{port} is not a TCP port", "use 1-65535 (0: off)")
+    k = settings.kafka
+    if not k.bootstrap_servers.strip():
+        yield ConfigError("kafka.bootstrap.servers", "is empty",
+                          "list the brokers of the events cluster, e.g. kafka-1:9092")
+    if c.bootstrap_servers is not None and not c.bootstrap_servers.strip():
+        yield ConfigError("collect.bootstrap.servers", "is empty",
+                          "list the watched cluster's brokers, or leave it out to watch kafka.bootstrap.servers")
+    from udfs.offsets import OffsetSpecError, StartingOffsets
+
+    try:
+        StartingOffsets.parse(k.starting_offsets)
+    except OffsetSpecError as exc:
+        yield ConfigError("kafka.startingOffsets", exc.problem, exc.fix)
+    if not _DURATION.fullmatch(settings.trigger_interval.strip()):
+        yield ConfigError("trigger_interval", f"{settings.trigger_interval!r} is not a duration",
+                          "write a number and a unit, e.g. '1 second', '500 milliseconds', '2 minutes'")
+    for section, client in (("kafka", k.client), ("collect", c.client if collect_client_read else {})):
+        yield from _librdkafka_problems(section, client)
+
+
+# Rules whose 0 means nothing useful (the pending period and the allowed lateness may be 0: none)
+_POSITIVE_RULES = {"broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms",
+                   "broker.flapping.window.ms": "flapping_window_ms",
+                   "broker.flapping.transitions": "flapping_transitions",
+                   "broker.duplicate.min.heartbeats": "duplicate_min_heartbeats",
+                   "metadata.max.age.ms": "metadata_max_age_ms",
+                   "metadata.recovery.rebootstrap.trigger.ms": "rebootstrap_trigger_ms",
+                   "socket.connection.setup.timeout.ms": "connection_setup_timeout_ms",
+                   "connection.storm.window.ms": "storm_window_ms",
+                   "connection.storm.min.timeouts": "storm_min_timeouts",
+                   "connection.storm.min.clients": "storm_min_clients",
+                   "stale.metadata.quiet.ms": "stale_incident_quiet_ms",
+                   "state.entity.expiry.ms": "entity_expiry_ms"}
+# what Spark's processing-time trigger takes
+_DURATION = re.compile(r"\d+(\.\d+)?\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)", re.I)
+
+
+def _librdkafka_problems(section: str, client: Mapping[str, str]) -> list[ConfigError]:
+    """The settings under ``<section>.client`` that librdkafka itself refuses (an unknown name, a
+    value it cannot take), asked of librdkafka, which every client of the job is made with: each
+    alone when the whole is refused, so that the error names the key."""
+    if not client or _librdkafka_refuses(client) is None:
+        return []
+    alone = [(name, text) for name in client if (text := _librdkafka_refuses({name: client[name]})) is not None]
+    if not alone:   # only together: say what librdkafka said of the whole
+        alone = [("", _librdkafka_refuses(client))]
+    return [ConfigError(f"{section}.client" + (f".{name}" if name else ""), _hide_secrets(text, client),
+                        "use librdkafka's names and values (its CONFIGURATION.md lists them)") for name, text in alone]
+
+
+def _librdkafka_refuses(client: Mapping[str, str]) -> str | None:
+    try:
+        from confluent_kafka import KafkaException, Producer
+    except ImportError:
+        return None
+    try:
+        Producer({**client, "log_level": 0})   # no bootstrap.servers: nothing is contacted
+    except KafkaException as exc:
+        return exc.args[0].str().rstrip(".")
+    return None
+
+
+def _hide_secrets(text: str, client: Mapping[str, str]) -> str:
+    """librdkafka quotes a value it refuses: never a secret's."""
+    for name, value in client.items():
+        if value and (is_secret(name) or any(w in name for w in ("password", "secret", "token", "jaas"))):
+            text = text.replace(str(value), "***")
+    return text
 
 
 _DEFAULT_RULES = {f.metadata["yaml"]: f.default for f in fields(RuleSettings)}
@@ -371,18 +504,39 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
         else:
             raw[section] = value
     known = {"kafka", "rules", "sinks", "collect", "checkpoint_location", "trigger_interval", "spark"}
-    for k in raw:
-        if k not in known:
-            raise ConfigError(k, "is not a known section", f"use one of {', '.join(sorted(known))}")
-    top = {k: _expand_env(v, k) for k, v in raw.items() if k in ("checkpoint_location", "trigger_interval")}
-    spark = raw.get("spark", {})
+    problems: list[ConfigError] = [ConfigError(k, "is not a known section", f"use one of {', '.join(sorted(known))}")
+                                   for k in raw if k not in known]
+    top = {}
+    for k in ("checkpoint_location", "trigger_interval"):
+        if k in raw:
+            try:
+                top[k] = str(_expand_env(raw[k], k))
+            except ConfigError as exc:
+                problems.append(exc)
+    spark = raw.get("spark", {}) or {}
     if not isinstance(spark, Mapping):
-        raise ConfigError("spark", "must be a mapping of Spark conf names to values", "e.g. spark: {spark.sql.shuffle.partitions: 8}")
-    return validate(Settings(
-        kafka=_build(KafkaSettings, "kafka", raw.get("kafka", {}) or {}),
-        rules=_build(RuleSettings, "rules", raw.get("rules", {}) or {}),
-        sinks=_build(SinkSettings, "sinks", raw.get("sinks", {}) or {}),
-        collect=_build(CollectSettings, "collect", raw.get("collect", {}) or {}),
-        spark={str(k): str(_expand_env(v, f"spark.{k}")) for k, v in spark.items()},
-        **{k: str(v) for k, v in top.items()},
-    ))
+        problems.append(ConfigError("spark", "must be a mapping of Spark conf names to values",
+                                    "e.g. spark: {spark.sql.shuffle.partitions: 8}"))
+        spark = {}
+    spark_conf = {}
+    for name, value in spark.items():
+        try:
+            spark_conf[str(name)] = str(_expand_env(value, f"spark.{name}"))
+        except ConfigError as exc:
+            problems.append(exc)
+    sections = {name: _section(cls, name, raw.get(name, {}), problems)
+                for name, cls in (("kafka", KafkaSettings), ("rules", RuleSettings), ("sinks", SinkSettings),
+                                  ("collect", CollectSettings))}
+    settings = Settings(**sections, spark=spark_conf, **top)
+    _raise_all(problems + list(_problems(settings)))
+    return settings
+
+
+def _section(cls, name: str, raw: Any, problems: list[ConfigError]):
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        problems.append(ConfigError(name, f"must be a mapping of settings, not {raw!r}",
+                                    f"indent 'key: value' lines under {name}:"))
+        return cls()
+    return _build(cls, name, raw, problems)

@@ -85,3 +85,79 @@ def test_the_commit_log_source_is_off_unless_asked_for_and_an_unquoted_on_counts
     assert config.load().collect.offset_commits == "off"
     assert config.load(None, {"collect.offset.commits": True}).collect.offset_commits == "on"
     assert config.load(None, {"sinks.console": False}).sinks.console == "off"
+
+
+def test_every_problem_is_reported_at_once_in_the_yamls_own_names(tmp_path, monkeypatch):
+    """Why: a team fixing a config one error per run finds the fifth problem after four restarts."""
+    monkeypatch.delenv("EPOCHWATCH_UNSET_FOR_TEST", raising=False)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "kafka:\n"
+        "  bootstrap.servers: ''\n"
+        "  startingOffsets: earliestt\n"
+        "  client:\n"
+        "    security.protocol: plaintextt\n"
+        "    sasl.password: ${EPOCHWATCH_UNSET_FOR_TEST}\n"
+        "rules:\n"
+        "  controller.heartbeat.timeout.ms: yes\n"
+        "  connection.storm.window.ms: 0\n"
+        "sinks:\n"
+        "  metrics.port: 70000\n"
+        "collect:\n"
+        "  client:\n"
+        "    no.such.setting: 1\n"
+        "trigger_interval: every second\n")
+    with pytest.raises(config.ConfigErrors) as err:
+        config.load(bad)
+    keys = {p.key for p in err.value.problems}
+    assert keys == {"kafka.bootstrap.servers", "kafka.startingOffsets", "kafka.client.security.protocol",
+                    "kafka.client.sasl.password", "rules.controller.heartbeat.timeout.ms",
+                    "rules.connection.storm.window.ms", "sinks.metrics.port", "collect.client.no.such.setting",
+                    "trigger_interval"}, keys
+    text = str(err.value)
+    assert text.startswith(f"{len(keys)} problems in the config") and "whole number" in text and "earliestt" in text
+
+
+def test_validate_config_prints_the_effective_config_with_secrets_masked(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("EPOCHWATCH_TEST_SECRET", "s3cret-value")
+    good = tmp_path / "good.yaml"
+    good.write_text("kafka:\n  client:\n    sasl.password: ${EPOCHWATCH_TEST_SECRET}\n"
+                    "sinks:\n  alertmanager.url: https://pager:hunter2@am.example:9093\n")
+    assert main(["validate-config", "--config", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert "kafka.bootstrap.servers = 127.0.0.1:9092" in out and "rules.controller.heartbeat.timeout.ms = 9000" in out
+    assert "kafka.client.sasl.password = ***" in out
+    assert "s3cret-value" not in out and "hunter2" not in out and "sinks.alertmanager.url = " in out
+
+
+def test_every_command_line_option_has_help_text():
+    import argparse
+
+    from streaming.commands import build_parser
+
+    missing = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+            elif not action.help and not isinstance(action, argparse._HelpAction):
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "epochwatch")
+    assert not missing, missing
+
+
+def test_output_piped_into_head_ends_quietly_and_a_bad_path_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    piped = subprocess.run(f"{sys.executable} -m streaming.commands validate-config --config {SHIPPED} | head -1",
+                           shell=True, capture_output=True, text=True, timeout=60)
+    assert piped.stdout.strip().endswith(": valid") and piped.stderr == "", piped.stderr
+    missing = subprocess.run([sys.executable, "-m", "streaming.commands", "report", "--alerts", str(tmp_path / "nope"),
+                              "--transitions", str(tmp_path / "nope2"), "--out", str(tmp_path / "r.png")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1 and "config key" not in missing.stderr, missing.stderr

@@ -21,7 +21,7 @@ def register(sub) -> None:
     p.add_argument("--scenario", action="append", metavar="NAME",
                    help="with --simulated: scenario to play (repeatable; 'all' for every one; default: "
                         "partitioned_broker). See: epochwatch simulate --list")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="seed of the simulated scenarios (--simulated; default 1)")
     p.add_argument("--bootstrap-servers", help="with --simulated: use this Kafka instead of the embedded broker")
     p.add_argument("--report", type=Path, default=Path("epochwatch-demo-report.png"),
                    help="where to draw the broker timeline + alerts (PNG, plus .html beside it)")

@@ -1,8 +1,9 @@
-"""epochwatch validate-config --config FILE: check a config and explain each problem."""
+"""epochwatch validate-config --config FILE: check a config, report every problem at once, and
+show the effective settings in the YAML's own names with secrets masked."""
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import fields
 
 from streaming import config
 from udfs.redact import is_secret, redact
@@ -11,27 +12,37 @@ from udfs.redact import is_secret, redact
 def register(sub) -> None:
     p = sub.add_parser("validate-config", help="check a config file and explain what is wrong",
                        description="Load the YAML config as the job would; print the effective settings, or "
-                                   "the offending key and how to fix it (exit 2).")
+                                   "every offending key and how to fix it (exit 2).")
     p.add_argument("--config", required=True, help="YAML config file")
     p.add_argument("--quiet", action="store_true", help="print nothing when the config is valid")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    settings = config.load(args.config)  # ConfigError -> exit 2 with the key and the fix (cli.main)
+    settings = config.load(args.config)  # ConfigError(s) -> exit 2 with each key and its fix (commands.main)
     if not args.quiet:
         print(f"{args.config}: valid")
-        for section in ("kafka", "rules", "sinks", "collect"):
-            values = dataclasses.asdict(getattr(settings, section))
-            if section in ("kafka", "collect"):
-                values["client"] = {k: ("***" if _secret(k) else v) for k, v in values["client"].items()}
-            for name, value in values.items():
-                print(f"  {section}.{name} = {redact(str(value))}")  # URLs may carry credentials
-        print(f"  checkpoint_location = {settings.checkpoint_location}")
+        for line in effective(settings):
+            print(f"  {line}")
     return 0
+
+
+def effective(settings: config.Settings) -> list[str]:
+    """Every setting as ``section.yaml.name = value``: secrets masked, credentials in URLs too."""
+    lines = []
+    for section in ("kafka", "rules", "sinks", "collect"):
+        values = getattr(settings, section)
+        for f in fields(values):
+            name, value = f"{section}.{f.metadata.get('yaml', f.name)}", getattr(values, f.name)
+            if name.endswith(".client"):
+                lines += [f"{name}.{k} = {'***' if _secret(k) else redact(str(v))}" for k, v in sorted(value.items())]
+            else:
+                lines.append(f"{name} = {'null' if value is None else redact(str(value))}")
+    lines += [f"checkpoint_location = {redact(settings.checkpoint_location)}",
+              f"trigger_interval = {settings.trigger_interval}"]
+    lines += [f"spark.{k} = {'***' if _secret(k) else redact(str(v))}" for k, v in sorted(settings.spark.items())]
+    return lines
 
 
 def _secret(key: str) -> bool:
     return is_secret(key) or any(word in key for word in ("password", "secret", "token", "key"))
-
-

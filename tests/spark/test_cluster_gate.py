@@ -77,6 +77,7 @@ def test_a_file_that_is_not_the_registry_is_reported_and_ignored(tmp_path, caplo
 
 
 def test_the_planner_hands_every_task_the_clusters_the_job_holds(tmp_path):
+    from streaming.spark.source_packs import SourcePacker
     from udfs.kafka_options import parse_source_options
     from udfs.kafka_source import KafkaRangePartition, KafkaStreamReader
 
@@ -85,7 +86,7 @@ def test_the_planner_hands_every_task_the_clusters_the_job_holds(tmp_path):
     options = parse_source_options({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "ev", "decode": "avro",
                                     "output": "packs", "packs.maxClusters": "10", "packs.clusterRegistry": str(path)})
     planned = [KafkaRangePartition([]) for _ in range(3)]
-    KafkaStreamReader(options)._hand_out_clusters(planned)
+    KafkaStreamReader(options, SourcePacker())._hand_out_clusters(planned)
     assert [p.admitted_clusters for p in planned] == [{"a", "b", "c"}] * 3
 
 

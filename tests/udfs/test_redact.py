@@ -24,7 +24,7 @@ SECRETS = ("hunter2", "pw-registry", "pw-am", "tok-3", "s3a-secret", "jaas-pw")
 OVERRIDES = {
     "kafka.client.sasl.password": "hunter2",
     "kafka.client.sasl.oauthbearer.client.secret": "tok-3",
-    "kafka.client.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule password='jaas-pw';",
+    "kafka.client.ssl.key.password": "jaas-pw",
     "kafka.schema.registry.url": "https://reader:pw-registry@registry.example:8081",
     "sinks.alertmanager.url": "https://pager:pw-am@alertmanager.example:9093",
     "spark.spark.hadoop.fs.s3a.secret.key": "s3a-secret",
@@ -34,6 +34,16 @@ OVERRIDES = {
 def assert_hidden(text: str, what: str) -> None:
     shown = [s for s in SECRETS if s in text]
     assert not shown, f"{what} shows {shown}: {text[:2000]}"
+
+
+def test_a_refused_client_setting_is_reported_without_its_secret():
+    """A Java client's JAAS line pasted into kafka.client: librdkafka refuses it (validate-config
+    says so), and the error must not carry the password in it."""
+    jaas = "org.apache.kafka.common.security.plain.PlainLoginModule password='jaas-pw';"
+    with pytest.raises(config.ConfigError) as err:
+        config.load(overrides={"kafka.client.sasl.jaas.config": jaas})
+    assert "kafka.client.sasl.jaas.config" in str(err.value)
+    assert_hidden(str(err.value), "the error")
 
 
 def test_settings_show_no_secret_in_their_repr():
