@@ -81,7 +81,9 @@ def test_a_healthy_producer_reports_its_metadata_responses(cluster, topic_factor
     assert {e["broker_count"] for e in responses} == {3}
     assert {e["broker_id"] for e in responses} <= {-1, *cluster.broker_ids}
     epochs = [e["metadata_epoch"] for e in responses]
-    assert epochs == sorted(epochs) and epochs[0] >= 1
+    # librdkafka's first request may ask for brokers only: a response listing no partition brings
+    # no leader epoch, and the client's version is still 0 then
+    assert epochs == sorted(epochs) and epochs[-1] >= 1
     assert not detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events) + 60_000)
 
 
