@@ -64,15 +64,23 @@ def build_sinks(settings: config.Settings, console: bool):
 
 # How long a stop waits for the micro-batch in flight (Kubernetes' default grace period is 30 s).
 BATCH_FINISH_WAIT_S = 20
+# How long an idle query's stop waits for a micro-batch to end before it stops anyway
+IDLE_GRACE_S = 2.0
 
 
-def stop_between_batches(query, dispatcher, wait_s: float = BATCH_FINISH_WAIT_S) -> None:
-    """Stop the query once the micro-batch in flight has reached its sinks, waiting at most
-    ``wait_s``. Stopped inside the batch, its foreachBatch call is interrupted: the batch is
-    computed again at the next start, and Spark 4.3 logs the interruption as a Py4J traceback
-    followed by a java.lang.StackOverflowError (its pattern match over that traceback), which
-    looks like a crash in the job's log."""
-    if not dispatcher.idle.wait(wait_s):
+def stop_between_batches(query, dispatcher, wait_s: float = BATCH_FINISH_WAIT_S,
+                         idle_grace_s: float = IDLE_GRACE_S) -> None:
+    """Stop the query right after a micro-batch has reached its sinks, waiting at most ``wait_s``
+    for the one in flight (``idle_grace_s`` when none is). Stopped inside a batch, its foreachBatch
+    call is interrupted: the batch is computed again at the next start, and Spark 4.3 logs the
+    interruption as a Py4J traceback followed by a java.lang.StackOverflowError (its pattern match
+    over that traceback), which looks like a crash in the job's log. Right after a batch, the next
+    one first commits and plans (tens of milliseconds) before its foreachBatch: waiting for the
+    dispatcher to be idle alone let a busy job's next batch start in between."""
+    ended = threading.Event()
+    dispatcher.after_batch(ended.set)
+    busy = not dispatcher.idle.is_set()
+    if not ended.wait(wait_s if busy else min(wait_s, idle_grace_s)) and not dispatcher.idle.is_set():
         logging.getLogger("epochwatch").warning(
             "the micro-batch in flight did not finish within %.0f s: stopping it (it runs again at the next "
             "start)", wait_s)

@@ -67,6 +67,7 @@ class Dispatcher:
         # a stop waits for it (streaming.commands.run)
         self.idle = threading.Event()
         self.idle.set()
+        self._after_batch: list = []   # one-shot callbacks for the end of the next micro-batch
 
     def __call__(self, df, batch_id: int) -> None:
         self.idle.clear()
@@ -76,6 +77,13 @@ class Dispatcher:
                 sink.write(batch)
         finally:
             self.idle.set()
+            callbacks, self._after_batch = self._after_batch, []
+            for callback in callbacks:
+                callback()
+
+    def after_batch(self, callback) -> None:
+        """Call ``callback`` once, when the next micro-batch (or the one in flight) has left its sinks."""
+        self._after_batch.append(callback)
 
     def close(self) -> None:
         for sink in self.sinks:
