@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
-from udfs.redact import is_secret, redact, redacted_repr
+from udfs.redact import HIDDEN, is_secret, redact, redacted_repr
 
 
 class ConfigError(ValueError):
@@ -36,14 +36,6 @@ class ConfigErrors(ConfigError):
         ValueError.__init__(self, f"{len(problems)} problems in the config:\n" + "\n".join(f"- {p}" for p in problems))
         self.key, self.problem, self.fix = problems[0].key, problems[0].problem, problems[0].fix
         self.problems = problems
-
-
-class _PartlyRead(Exception):
-    """A mapping some entries of which could not be read: the rest, and what was wrong."""
-
-    def __init__(self, value: dict, problems: list[ConfigError]):
-        super().__init__(value)
-        self.value, self.problems = value, problems
 
 
 def _raise_all(problems: list[ConfigError]) -> None:
@@ -258,7 +250,9 @@ def _flatten(mapping: Mapping, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _coerce(section: str, f: dataclasses.Field, value: Any) -> Any:
+def _coerce(section: str, f: dataclasses.Field, value: Any, problems: list[ConfigError]) -> Any:
+    """The value as the field takes it; a mapping's unreadable entries go to ``problems`` (the rest
+    is still checked), any other problem is raised."""
     key = f"{section}.{f.metadata.get('yaml', f.name)}"
     value = _expand_env(value, key)
     typ = str(f.type)
@@ -278,14 +272,12 @@ def _coerce(section: str, f: dataclasses.Field, value: Any) -> Any:
             return {}  # a section with every line commented out
         if not isinstance(value, Mapping):
             raise ConfigError(key, "must be a mapping of setting names to values", "indent one 'name: value' per line")
-        out, failed = {}, []
+        out = {}
         for k, v in value.items():
             try:
                 out[str(k)] = str(_expand_env(v, f"{key}.{k}"))
             except ConfigError as exc:
-                failed.append(exc)
-        if failed:   # the entries that could be read are still checked (validate), then all are told
-            raise _PartlyRead(out, failed)
+                problems.append(exc)
         return out
     if value is None and "None" in typ:
         return None
@@ -318,10 +310,7 @@ def _build(cls, section: str, raw: Mapping[str, Any], problems: list[ConfigError
             continue
         f = by_yaml[k]
         try:
-            kwargs[f.name] = _coerce(section, f, v)
-        except _PartlyRead as partly:
-            kwargs[f.name] = partly.value
-            problems.extend(partly.problems)
+            kwargs[f.name] = _coerce(section, f, v, problems)
         except ConfigError as exc:
             problems.append(exc)
     try:
@@ -471,8 +460,8 @@ def _librdkafka_refuses(client: Mapping[str, str]) -> str | None:
 def _hide_secrets(text: str, client: Mapping[str, str]) -> str:
     """librdkafka quotes a value it refuses: never a secret's."""
     for name, value in client.items():
-        if value and (is_secret(name) or any(w in name for w in ("password", "secret", "token", "jaas"))):
-            text = text.replace(str(value), "***")
+        if value and is_secret(name):
+            text = text.replace(str(value), HIDDEN)
     return text
 
 

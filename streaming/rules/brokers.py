@@ -442,11 +442,15 @@ class BrokerFleet(RulesTable):
         return rows
 
     def take_one_shots(self) -> list[Condition]:
-        taken, self.one_shots = self.one_shots, []
+        taken = self.one_shots
+        if taken:   # evaluated at every deadline: no new list while there is nothing to take
+            self.one_shots = []
         return taken
 
     def take_transitions(self) -> list[dict]:
-        taken, self.transitions = self.transitions, []
+        taken = self.transitions
+        if taken:
+            self.transitions = []
         return taken
 
     def expired_summary(self, gone: list[int], now: int) -> dict | None:

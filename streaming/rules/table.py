@@ -5,6 +5,8 @@ each kind overrides what it has, so that the engine never asks which kind it run
 
 from __future__ import annotations
 
+from typing import Sequence
+
 EXPIRED_SUMMARY = "expired"   # brokers forgotten after state.entity.expiry.ms of silence
 RESET_SUMMARY = "reset"       # the summary of a key that a cluster_reset emptied
 
@@ -16,13 +18,13 @@ class RulesTable:
         key's horizon before the step. Only called with rules.fast.paths on."""
         return ready
 
-    def take_one_shots(self) -> list:
-        """Conditions that hold once (info alerts) since the last call."""
-        return []
+    def take_one_shots(self) -> Sequence:
+        """Conditions that hold once (info alerts) since the last call (read, not kept)."""
+        return ()
 
-    def take_transitions(self) -> list[dict]:
-        """Broker state transitions since the last call."""
-        return []
+    def take_transitions(self) -> Sequence[dict]:
+        """Broker state transitions since the last call (read, not kept)."""
+        return ()
 
     def expired_summary(self, gone: list, now: int) -> dict | None:
         """What the sinks must hear of the entities ``expire`` just forgot (their metric series go)."""
