@@ -5,8 +5,6 @@ event one by one."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -18,7 +16,7 @@ from streaming.spark.packs import read_packs, ready_and_waiting, to_dicts
 from streaming.spark.routing import shard_of
 from streaming.tools.simulate import ClusterShape, run_scenario
 from tests.support.builders import failed, rebootstrap, response
-from tests.support.key_feed import feed_in_batches, packed
+from tests.support.key_feed import packed, run_key
 
 SHARDS = 16
 
@@ -49,11 +47,7 @@ def test_arrow_and_dict_columns_agree():
 
 
 def _run(events: list[dict], key: tuple, batch: int, quiet: bool, rules: RuleSettings) -> list:
-    """Feed a clients key batch by batch (EventTime, so events wait in the buffer and some come
-    late); every output row and the final state."""
-    tester, rows = feed_in_batches(events, key, batch, rules if quiet else dataclasses.replace(rules, fast_paths="off"))
-    state = (tester.peekValueState("clients", key), tester.peekListState("alerts", key))
-    return [rows, state]
+    return run_key(events, key, batch, rules, quiet, ("clients",))
 
 
 @pytest.mark.parametrize("name", ["wrong_cluster_rebootstrap", "proxy_rebootstrap_required", "partitioned_broker",

@@ -4,7 +4,6 @@ reads from dicts, and a brokers key must emit exactly what it emits applying eve
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import numpy as np
@@ -17,7 +16,7 @@ from streaming.fastpath.served_runs import serve_columns
 from streaming.spark.packs import read_packs, ready_and_waiting, to_dicts
 from streaming.tools.simulate import ClusterShape, run_scenario
 from tests.support.builders import hb, response, update
-from tests.support.key_feed import feed_in_batches, packed
+from tests.support.key_feed import packed, run_key
 
 
 def test_arrow_and_dict_columns_agree():
@@ -37,12 +36,7 @@ def test_arrow_and_dict_columns_agree():
 
 
 def _run(events: list[dict], key: tuple, batch: int, skip: bool, rules: RuleSettings) -> list:
-    """Feed a brokers key batch by batch (EventTime, so events wait in the buffer and some come
-    late); every output row and the final state."""
-    tester, rows = feed_in_batches(events, key, batch, rules if skip else dataclasses.replace(rules, fast_paths="off"))
-    state = (tester.peekValueState("brokers", key), tester.peekValueState("cluster", key),
-             tester.peekListState("alerts", key))
-    return [rows, state]
+    return run_key(events, key, batch, rules, skip, ("brokers", "cluster"))
 
 
 @pytest.mark.parametrize("name", ["partitioned_broker", "rolling_restart", "zombie_incarnation",

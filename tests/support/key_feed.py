@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pandas as pd
@@ -51,6 +52,14 @@ def feed_in_batches(events: list[dict], key: tuple, batch: int, rules: RuleSetti
     fired = tester.setWatermark(events[-1]["event_time"] + 3_600_000)
     rows += fired.drop(columns=["raw_key", "raw_value"], errors="ignore").to_dict("records")
     return tester, rows
+
+
+def run_key(events: list[dict], key: tuple, batch: int, rules: RuleSettings, fast_paths: bool,
+            value_states: tuple[str, ...]) -> list:
+    """Feed a key batch by batch (EventTime, so events wait in the buffer and some come late),
+    with rules.fast.paths on or off: every output row, the ``value_states`` and the alerts kept."""
+    tester, rows = feed_in_batches(events, key, batch, rules if fast_paths else replace(rules, fast_paths="off"))
+    return [rows, (*(tester.peekValueState(name, key) for name in value_states), tester.peekListState("alerts", key))]
 
 
 def empty_state(kind: str) -> StoredState:
