@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.engine.key_engine import KeyEngine
+from streaming.events import INPUT_EVENT_TYPES
 from streaming.fastpath import quiet_responses, served_runs
-from streaming.rules import records
+from streaming.rules import records, validity
 
 
 def repeated_serves(engine: KeyEngine, table: pa.Table, rows: np.ndarray) -> np.ndarray:
@@ -42,8 +43,7 @@ def response_columns(table: pa.Table) -> tuple[dict[str, np.ndarray], list[str],
     columns = {"response": pc.fill_null(pc.equal(table.column("event_type"), "metadata_response"), False).to_numpy(),
                "client": client, "time": _ints(table, "event_time", records.NO_TIME),
                "epoch": _ints(table, "metadata_epoch", -2), "error": _ints(table, "error_code", 0),
-               "broker_count": _ints(table, "broker_count", 0), "cluster": cluster,
-               "usable": _set(table, "cluster_id") & _present(table, "broker_id")}
+               "broker_count": _ints(table, "broker_count", 0), "cluster": cluster, "valid": valid_rows(table)}
     return columns, client_ids, cluster_ids
 
 
@@ -55,7 +55,28 @@ def serve_columns(table: pa.Table) -> dict[str, np.ndarray]:
             "epoch": _ints(table, "metadata_epoch", -2), "error": _ints(table, "error_code", 0),
             "time": _ints(table, "event_time", records.NO_TIME),
             "controller_epoch": _ints(table, "controller_epoch", -1), "controller_id": _ints(table, "controller_id", -1),
-            "named": _set(table, "cluster_id"), "has_client": _set(table, "client_id")}
+            "valid": valid_rows(table)}
+
+
+def valid_rows(table: pa.Table) -> np.ndarray:
+    """Per row, whether the event passes streaming.rules.validity's CHECKS (invalid_reason is
+    None), read from the columns: the same table, evaluated column by column."""
+    kind = pc.fill_null(pc.index_in(table.column("event_type"), value_set=_KIND_NAMES), len(_KIND_NAMES)).to_numpy()
+    valid = np.ones(table.num_rows, dtype=bool)
+    for check, applies in _CHECKS_AND_KINDS:
+        fails = np.zeros(table.num_rows, dtype=bool)
+        for name, floor in check.at_least:  # a null is a field the row's kind does not have
+            fails |= _ints(table, name, floor) < floor
+        for name in check.named:
+            fails |= ~_set(table, name)
+        valid &= ~(fails & applies[kind]) if applies is not None else ~fails
+    return valid
+
+
+_KIND_NAMES = pa.array(INPUT_EVENT_TYPES)
+# each check with, per kind code (and one more for a kind of no event type), whether it applies
+_CHECKS_AND_KINDS = [(c, None if c.kinds is None else np.array([k in c.kinds for k in INPUT_EVENT_TYPES] + [False]))
+                     for c in validity.CHECKS]
 
 
 def _ints(table: pa.Table, name: str, missing: int) -> np.ndarray:
@@ -69,12 +90,6 @@ def _set(table: pa.Table, name: str) -> np.ndarray:
     if name not in table.column_names:
         return np.zeros(table.num_rows, dtype=bool)
     return pc.fill_null(pc.greater(pc.utf8_length(table.column(name)), 0), False).to_numpy()
-
-
-def _present(table: pa.Table, name: str) -> np.ndarray:
-    if name not in table.column_names:
-        return np.zeros(table.num_rows, dtype=bool)
-    return pc.is_valid(table.column(name)).to_numpy(zero_copy_only=False)
 
 
 def _codes(table: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streaming.rules.records import NO_TIME
+from streaming.rules.validity import invalid_reason
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,12 @@ class QuietRuns:
 
 
 def quiet_runs(response: np.ndarray, client: np.ndarray, time: np.ndarray, epoch: np.ndarray,
-               error: np.ndarray, broker_count: np.ndarray, cluster: np.ndarray, usable: np.ndarray,
+               error: np.ndarray, broker_count: np.ndarray, cluster: np.ndarray, valid: np.ndarray,
                floor: int, expiry_ms: int, max_jump: int) -> QuietRuns:
     """Events in the order the engine applies them. ``response``: a metadata_response;
     ``client``: a code per client id, -1 where empty; ``error`` 0 and ``broker_count`` 0 where
-    missing; ``cluster``: a code per response cluster id, -1 where none or empty; ``usable``:
-    cluster id and broker id are set (with ``time`` >= 0, what the engine's validity checks ask of
-    a response); ``floor``: the key's horizon before the step (older events are late);
+    missing; ``cluster``: a code per response cluster id, -1 where none or empty; ``valid``: the
+    event passes streaming.rules.validity's checks (the engine refuses the others); ``floor``: the key's horizon before the step (older events are late);
     ``max_jump``: an epoch leaping further past the one before it is left to the engine, which
     refuses it (ClientShard.implausible)."""
     rows = np.flatnonzero(client >= 0)
@@ -53,7 +53,7 @@ def quiet_runs(response: np.ndarray, client: np.ndarray, time: np.ndarray, epoch
     if not len(rows):
         return _no_runs()
     c, t, e, r = client[rows], time[rows], epoch[rows], cluster[rows]
-    quiet = (response & (error == 0) & (broker_count > 0) & (epoch >= 0) & usable & (time >= max(floor, 0)))[rows]
+    quiet = (response & (error == 0) & (broker_count > 0) & (epoch >= 0) & valid & (time >= floor))[rows]
     same_client = c[1:] == c[:-1]
     starts = np.flatnonzero(np.r_[True, ~same_client])
     ends = np.r_[starts[1:], len(rows)] - 1
@@ -109,7 +109,5 @@ def response_columns(events: list[dict]) -> tuple[dict[str, np.ndarray], list[st
                "client": codes("client_id", clients), "time": ints("event_time", NO_TIME),
                "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
                "broker_count": ints("broker_count", 0), "cluster": codes("response_cluster_id", clusters),
-               # with a client id and time >= 0: what streaming.rules.validity.invalid_reason asks of a response
-               "usable": np.fromiter((bool(ev.get("cluster_id")) and ev.get("broker_id") is not None for ev in events),
-                                     bool, n)}
+               "valid": np.fromiter((invalid_reason(ev) is None for ev in events), bool, n)}
     return columns, list(clients), list(clusters)

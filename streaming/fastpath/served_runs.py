@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from streaming.rules.records import NO_TIME
+from streaming.rules.validity import invalid_reason
 
 KIND_NAMES = ("broker_heartbeat", "metadata_update", "metadata_response")
 OTHER, HEARTBEAT, UPDATE, RESPONSE = range(4)
@@ -35,15 +36,14 @@ KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES, start=1)}
 
 
 def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, error: np.ndarray,
-                    time: np.ndarray, controller_epoch: np.ndarray, controller_id: np.ndarray, named: np.ndarray,
-                    has_client: np.ndarray, newest_epoch: int, controller: int, last_served: dict[int, int],
+                    time: np.ndarray, controller_epoch: np.ndarray, controller_id: np.ndarray, valid: np.ndarray,
+                    newest_epoch: int, controller: int, last_served: dict[int, int],
                     grace_ms: int, max_epoch_jump: int, max_controller_epoch_jump: int) -> np.ndarray:
     """A mask of the events to skip, for events in the order the engine applies them.
 
     ``kind``: KIND_CODES; ``broker``, ``controller_epoch`` and ``controller_id`` -1, ``epoch`` -2
-    and ``error`` 0 where the event has none; ``named`` and ``has_client``: the cluster id, the
-    client id is set (both, with ``time`` >= 0, are what the engine's validity checks ask of a
-    response); ``newest_epoch`` and ``controller``: the cluster's newest metadata epoch and
+    and ``error`` 0 where the event has none; ``valid``: the event passes streaming.rules.validity's
+    checks (the engine refuses the others: they are never skipped); ``newest_epoch`` and ``controller``: the cluster's newest metadata epoch and
     controller epoch before the step (updates above the newest may raise it, and end every run);
     ``last_served``: each broker's ``last_served_ms`` before the step (a serve older than that
     cannot anchor a run). A step with an update the engine refuses as a leap (BrokerFleet.
@@ -54,15 +54,15 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
     if n < 3 or half < 1 or _leaps(kind, epoch, controller_epoch, newest_epoch, controller, max_epoch_jump,
                                    max_controller_epoch_jump):
         return skip
-    serve = (kind == RESPONSE) & (epoch >= 0) & (error == 0) & (broker >= 0) & (time >= 0) & named & has_client
+    serve = (kind == RESPONSE) & valid & (epoch >= 0) & (error == 0) & (broker >= 0)
     codes, ids = _broker_codes(broker)
     if last_served:
         known = np.array([last_served.get(b, -1) for b in ids.tolist()], np.int64)[codes]
         serve &= time >= known  # older than the broker's last serve: cannot anchor a run
     heartbeat = (kind == HEARTBEAT) & (broker >= 0)
     update = (kind == UPDATE) & (broker >= 0)  # that broker's applied epoch may change
-    segment = np.cumsum((kind == UPDATE) & (epoch > _newest_floor(kind, epoch, time, broker, controller_epoch,
-                                                                  controller_id, named, newest_epoch, controller)))
+    segment = np.cumsum((kind == UPDATE) & (epoch > _newest_floor(kind, epoch, controller_epoch, valid,
+                                                                  newest_epoch, controller)))
     # within a segment the newest epoch is at most this (updates that would raise it start the next)
     newest = np.maximum.accumulate(np.where(kind == UPDATE, epoch, newest_epoch))
     # a response that is no plain serve (an error, epoch -1, too old) ends the run too: rare, and
@@ -121,20 +121,18 @@ def _broker_codes(broker: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes, ids
 
 
-def _newest_floor(kind: np.ndarray, epoch: np.ndarray, time: np.ndarray, broker: np.ndarray,
-                  controller_epoch: np.ndarray, controller_id: np.ndarray, named: np.ndarray,
+def _newest_floor(kind: np.ndarray, epoch: np.ndarray, controller_epoch: np.ndarray, valid: np.ndarray,
                   newest_epoch: int, controller: int) -> np.ndarray:
     """Per event, an epoch the cluster's newest is certainly at or above just before it: only an
     update above that may raise the newest (and so start a segment).
 
     The 1,000 brokers of a fleet each apply every new epoch: without this, each of those updates
     would end every broker's run, not only the first one. An update certainly raised the newest
-    to its epoch if the engine applies it: valid (rules.validity.invalid_reason) and from a controller
+    to its epoch if the engine applies it: valid (streaming.rules.validity) and from a controller
     epoch at least every one seen so far in the step or before it (BrokerFleet.on_metadata_update
     ignores a deposed controller's update, and no broker applied a later controller's)."""
     update = kind == UPDATE
     newest_controller = np.maximum.accumulate(np.maximum(controller_epoch, controller))
-    valid = (broker >= 0) & (epoch >= 0) & (time >= 0) & (controller_epoch >= 0) & (controller_id >= 0) & named
     applied = update & valid & (controller_epoch >= newest_controller)
     floor_after = np.maximum.accumulate(np.where(applied, epoch, newest_epoch))
     return np.concatenate(([newest_epoch], floor_after[:-1]))
@@ -171,6 +169,4 @@ def serve_columns(events: list[dict]) -> dict[str, np.ndarray]:
             "broker": ints("broker_id", -1), "epoch": ints("metadata_epoch", -2), "error": ints("error_code", 0),
             "time": ints("event_time", NO_TIME), "controller_epoch": ints("controller_epoch", -1),
             "controller_id": ints("controller_id", -1),
-            # with the time, what streaming.rules.validity.invalid_reason requires of a metadata response
-            "named": np.fromiter((bool(ev.get("cluster_id")) for ev in events), bool, n),
-            "has_client": np.fromiter((bool(ev.get("client_id")) for ev in events), bool, n)}
+            "valid": np.fromiter((invalid_reason(ev) is None for ev in events), bool, n)}

@@ -21,11 +21,11 @@ from streaming.rules.records import (
     ClusterRecord,
     expire,
     first_after,
-    jumps,
     over_capacity,
     utc,
 )
 from streaming.rules.table import EXPIRED_SUMMARY, RulesTable
+from streaming.rules.validity import jumps
 
 # A controller answer that means "you are an old incarnation" (KIP-343 / KRaft).
 REGRESSION_ERRORS = frozenset({events.INVALID_INCARNATION_ID, events.STALE_BROKER_EPOCH,

@@ -10,8 +10,9 @@ from streaming.config import RuleSettings
 from streaming.fastpath import quiet_responses
 from streaming.fastpath.quiet_responses import QuietRuns
 from streaming.rules.lifecycle import Condition, condition
-from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, jumps, over_capacity, shard_cap, utc
+from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, over_capacity, shard_cap, utc
 from streaming.rules.table import RulesTable
+from streaming.rules.validity import jumps
 
 
 @dataclass

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from streaming.config import RuleSettings
 from streaming.rules.lifecycle import Condition, condition
-from streaming.rules.records import NO_TIME, CommitRecord, expire, jumps, over_capacity, shard_cap
+from streaming.rules.records import NO_TIME, CommitRecord, expire, over_capacity, shard_cap
 from streaming.rules.table import RulesTable
+from streaming.rules.validity import jumps
 
 
 @dataclass

@@ -157,9 +157,3 @@ def utc(ms: int) -> str:
     """An event time for the people reading an alert (streaming.times); the rules' NO_TIME is "never"."""
     return "never" if ms == NO_TIME else utc_text(ms)
 
-
-def jumps(new: int, last: int, limit: int) -> bool:
-    """``new`` leaps more than ``limit`` past ``last`` (a known value: -1 is none). A value that
-    leaps so far is refused (streaming.spark.validity): kept as a high-water mark, it would make
-    every later real value look old."""
-    return last >= 0 and new - last > limit

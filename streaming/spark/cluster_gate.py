@@ -34,7 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-CLUSTER_CAP = "cluster_cap"
+from streaming.rules.validity import CLUSTER_CAP
+
 SETTING = "rules.state.max.clusters"
 
 

@@ -26,9 +26,8 @@ from streaming.engine.key_engine import KeyEngine
 from streaming.engine.keys import DEAD_LETTER, KINDS
 from streaming.events import CLUSTER_RESET
 from streaming.fastpath import column_passes
-from streaming.rules import records
+from streaming.rules import records, validity
 from streaming.rules.lifecycle import AlertTracker
-from streaming.spark import validity as plausible
 from streaming.spark.packs import from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
 
 BUFFER_CHUNK = 20_000  # events per buffer row
@@ -311,9 +310,9 @@ def _output_rows(cluster_id: str, now: int, result) -> list[dict]:
                      "payload": orjson.dumps(result.status).decode()})
     rows += [{"kind": "summary", "cluster_id": cluster_id, "event_time": now, "payload": json_text(s)}
              for s in result.summaries]
-    refusals = [("invalid_event", ev, why) for ev, why in result.invalid]
-    refusals += [(plausible.JUMP, ev, why) for ev, why in result.refused]
-    refusals += [(plausible.CAP, ev, why) for ev, why in result.capped]
+    refusals = [(validity.INVALID, ev, why) for ev, why in result.invalid]
+    refusals += [(validity.JUMP, ev, why) for ev, why in result.refused]
+    refusals += [(validity.CAP, ev, why) for ev, why in result.capped]
     for reason, ev, why in refusals:
         rows.append({"kind": DEAD_LETTER, "cluster_id": cluster_id, "event_time": ev["event_time"],
                      "payload": json_text({"reason": reason, "detail": why, **coordinates(ev)}),

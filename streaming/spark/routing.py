@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from streaming import events
 from streaming.engine.keys import DEAD_LETTER, KINDS, OWNER_KIND
+from streaming.rules.validity import OUT_OF_RANGE
 from streaming.spark.cluster_gate import ClusterGate
 from streaming.spark.validity import Limits, refusals
 from streaming.times import utc_text
@@ -151,7 +152,7 @@ def _mark_dead_letters(routed: pa.Table, source_rows: np.ndarray, too_old, refus
         if not decoded[i]:
             continue
         if old:
-            reasons[i] = "event_time_out_of_range"
+            reasons[i] = OUT_OF_RANGE
             details[i] = f"event_time {utc_text(routed.column('event_ms')[i].as_py())} is before 1970"
         elif row in refused:
             reasons[i], details[i] = refused[row]

@@ -1,13 +1,10 @@
 """What no real cluster can send, refused before it reaches any state: one forged event must not
-poison a cluster's state for good.
+poison a cluster's state for good (the reasons: streaming.rules.validity, which describes every
+refusal).
 
-Stateless checks run in routing, over a batch's Arrow columns, before the batch's clock is taken
-(a year-3000 event time would otherwise move the watermark): event times far in the future or the
-past, incarnations and metadata epochs beyond ``rules.event.max.epoch``. The rules tables check
-the jumps (:func:`jumps`) against what they hold: an incarnation or a metadata epoch that leaps
-``rules.event.max.epoch.jump`` past the last one, a controller epoch that leaps
-``rules.event.max.controller.epoch.jump``: once accepted, every later real value would look like
-a regression. Each refused event is a dead letter with its reason (docs/events.md).
+These stateless checks run in routing, over a batch's Arrow columns, before the batch's clock is
+taken (a year-3000 event time would otherwise move the watermark): event times far in the future
+or the past, incarnations and metadata epochs beyond ``rules.event.max.epoch``.
 
 The clock: the live job compares event times with the wall clock; replay (event time) with the
 batch's own times, since a recording may be from any date: there an event is too far ahead (or
@@ -24,11 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streaming.rules.validity import EPOCH_FIELDS, FUTURE, PAST, VALUE
 from streaming.times import utc_text
-
-FUTURE, PAST, VALUE, JUMP = "future_event_time", "past_event_time", "implausible_value", "implausible_jump"
-CAP = "entity_cap"   # a new entity of a cluster whose state is full (rules.state.max.*.per.cluster)
-EPOCH_FIELDS = ("incarnation_id", "metadata_epoch")
 
 
 @dataclass(frozen=True)

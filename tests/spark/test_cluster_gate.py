@@ -7,7 +7,8 @@ import json
 
 import pyarrow as pa
 
-from streaming.spark.cluster_gate import CLUSTER_CAP, ClusterGate, ClusterRegistry, read_admitted
+from streaming.rules.validity import CLUSTER_CAP
+from streaming.spark.cluster_gate import ClusterGate, ClusterRegistry, read_admitted
 from streaming.spark.replay import rows_to_batch
 from streaming.spark.routing import route_batch
 from streaming.spark.validity import Limits
