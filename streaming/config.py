@@ -268,17 +268,7 @@ def _coerce(section: str, f: dataclasses.Field, value: Any, problems: list[Confi
             raise ConfigError(key, f"{value} is negative", "use a value >= 0")
         return value
     if typ.startswith("Mapping"):
-        if value is None:
-            return {}  # a section with every line commented out
-        if not isinstance(value, Mapping):
-            raise ConfigError(key, "must be a mapping of setting names to values", "indent one 'name: value' per line")
-        out = {}
-        for k, v in value.items():
-            try:
-                out[str(k)] = str(_expand_env(v, f"{key}.{k}"))
-            except ConfigError as exc:
-                problems.append(exc)
-        return out
+        return _string_map(value, key, problems, "setting names", "indent one 'name: value' per line")
     if value is None and "None" in typ:
         return None
     if not isinstance(value, (str, int, float)):
@@ -290,6 +280,23 @@ def _coerce(section: str, f: dataclasses.Field, value: Any, problems: list[Confi
     if choices and value not in choices:
         raise ConfigError(key, f"{value!r} is not one of {', '.join(choices)}", f"use one of {', '.join(choices)}")
     return value
+
+
+def _string_map(value: Any, key: str, problems: list[ConfigError], names: str, fix: str) -> dict[str, str]:
+    """A mapping of names to values as strings (``${VAR}`` expanded); None (every line commented
+    out) is empty; what cannot be read goes to ``problems`` and the rest is still read."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(ConfigError(key, f"must be a mapping of {names} to values", fix))
+        return {}
+    out = {}
+    for name, v in value.items():
+        try:
+            out[str(name)] = str(_expand_env(v, f"{key}.{name}"))
+        except ConfigError as exc:
+            problems.append(exc)
+    return out
 
 
 def _build(cls, section: str, raw: Mapping[str, Any], problems: list[ConfigError]):
@@ -502,17 +509,8 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
                 top[k] = str(_expand_env(raw[k], k))
             except ConfigError as exc:
                 problems.append(exc)
-    spark = raw.get("spark", {}) or {}
-    if not isinstance(spark, Mapping):
-        problems.append(ConfigError("spark", "must be a mapping of Spark conf names to values",
-                                    "e.g. spark: {spark.sql.shuffle.partitions: 8}"))
-        spark = {}
-    spark_conf = {}
-    for name, value in spark.items():
-        try:
-            spark_conf[str(name)] = str(_expand_env(value, f"spark.{name}"))
-        except ConfigError as exc:
-            problems.append(exc)
+    spark_conf = _string_map(raw.get("spark"), "spark", problems, "Spark conf names",
+                             "e.g. spark: {spark.sql.shuffle.partitions: 8}")
     sections = {name: _section(cls, name, raw.get(name, {}), problems)
                 for name, cls in (("kafka", KafkaSettings), ("rules", RuleSettings), ("sinks", SinkSettings),
                                   ("collect", CollectSettings))}

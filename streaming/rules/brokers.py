@@ -22,6 +22,7 @@ from streaming.rules.records import (
     expire,
     first_after,
     over_capacity,
+    record_of,
     utc,
 )
 from streaming.rules.table import EXPIRED_SUMMARY, RulesTable
@@ -110,11 +111,7 @@ class BrokerFleet(RulesTable):
                              "state.max.brokers.per.cluster")
 
     def broker(self, broker_id: int) -> BrokerRecord:
-        b = self.brokers.get(broker_id)
-        if b is None:
-            b = self.brokers[broker_id] = BrokerRecord(broker_id)
-        self.touched.add(broker_id)
-        return b
+        return record_of(self.brokers, self.touched, broker_id, BrokerRecord)
 
     def on_heartbeat(self, ev: dict) -> None:
         t = ev["event_time"]

@@ -10,7 +10,16 @@ from streaming.config import RuleSettings
 from streaming.fastpath import quiet_responses
 from streaming.fastpath.quiet_responses import QuietRuns
 from streaming.rules.lifecycle import Condition, condition
-from streaming.rules.records import NO_TIME, ClientRecord, expire, first_after, over_capacity, shard_cap, utc
+from streaming.rules.records import (
+    NO_TIME,
+    ClientRecord,
+    expire,
+    first_after,
+    over_capacity,
+    record_of,
+    shard_cap,
+    utc,
+)
 from streaming.rules.table import RulesTable
 from streaming.rules.validity import jumps
 
@@ -26,11 +35,7 @@ class ClientShard(RulesTable):
     dirty: bool = False
 
     def client(self, client_id: str) -> ClientRecord:
-        c = self.clients.get(client_id)
-        if c is None:
-            c = self.clients[client_id] = ClientRecord(client_id)
-        self.touched.add(client_id)
-        return c
+        return record_of(self.clients, self.touched, client_id, ClientRecord)
 
     def over_capacity(self, ev: dict) -> str | None:
         """Why an event of a client new to a full shard is refused (rules.state.max.clients.per.cluster)."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from streaming import events
 from streaming.config import RuleSettings
 from streaming.rules.lifecycle import Condition, condition
-from streaming.rules.records import NO_TIME, NodeRecord, expire, over_capacity
+from streaming.rules.records import NO_TIME, NodeRecord, expire, over_capacity, record_of
 from streaming.rules.table import RulesTable
 
 MAX_TRACKED_CLIENTS = 1000
@@ -44,11 +44,7 @@ class NodeTable(RulesTable):
     dirty: bool = False
 
     def node(self, node_id: int) -> NodeRecord:
-        n = self.nodes.get(node_id)
-        if n is None:
-            n = self.nodes[node_id] = NodeRecord(node_id)
-        self.touched.add(node_id)
-        return n
+        return record_of(self.nodes, self.touched, node_id, NodeRecord)
 
     def over_capacity(self, ev: dict) -> str | None:
         """Why an event of a node new to a full table is refused (rules.state.max.nodes.per.cluster)."""

@@ -122,6 +122,16 @@ def expire(store: dict, now: int, expiry_ms: int, has_open_alert) -> list:
     return gone
 
 
+def record_of(store: dict, touched: set, key, new):
+    """The entity's record in ``store`` (``new(key)`` the first time), marked ``touched``: whatever
+    asks for a record may change it, and the engine stores only the touched ones again."""
+    record = store.get(key)
+    if record is None:
+        record = store[key] = new(key)
+    touched.add(key)
+    return record
+
+
 def over_capacity(store: dict, key, cap: int, what: str, setting: str) -> str | None:
     """Why an event for an entity not in ``store`` is refused when the store holds ``cap``."""
     if key in store or len(store) < cap:
