@@ -35,19 +35,22 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 
 def build_sinks(settings: config.Settings, console: bool):
+    """The job's sinks, its metrics and its status board (both served on sinks.metrics.port)."""
     from streaming.sinks.console import ConsoleSink
     from streaming.sinks.kafka import KafkaOutputSink
     from streaming.sinks.metrics import Metrics
+    from streaming.sinks.status import StatusBoard
 
-    metrics = Metrics()
+    metrics, board = Metrics(), StatusBoard(lag_grace_ms=settings.rules.metadata_lag_grace_ms)
     if settings.sinks.metrics_port:
-        metrics.serve(settings.sinks.metrics_port, settings.sinks.metrics_address)
-    sinks = [KafkaOutputSink(settings), metrics]
+        metrics.serve(settings.sinks.metrics_port, settings.sinks.metrics_address, status=board)
+    sinks = [KafkaOutputSink(settings), metrics, board]
     from streaming.sinks.alert_history import read_alert_history
 
     # After a restart: what was firing is re-sent and counted again (the alerts topic is the record).
     latest = list(read_alert_history(settings).values())
     metrics.seed_alerts(latest)
+    board.seed(latest)
     if settings.sinks.alertmanager_url:
         from streaming.sinks.alertmanager import AlertmanagerSink
 
@@ -59,7 +62,7 @@ def build_sinks(settings: config.Settings, console: bool):
         sinks.append(am)
     if console:
         sinks.append(ConsoleSink())
-    return sinks, metrics
+    return sinks, metrics, board
 
 
 # How long a stop waits for the micro-batch in flight (Kubernetes' default grace period is 30 s).
@@ -97,8 +100,8 @@ def run(args) -> int:
     from streaming.spark.session import build_session
 
     spark = build_session("epochwatch", conf=settings.spark)
-    sinks, metrics = build_sinks(settings, settings.sinks.console == "on")
-    listener = ProgressListener(metrics)
+    sinks, metrics, board = build_sinks(settings, settings.sinks.console == "on")
+    listener = ProgressListener(metrics, status=board)
     spark.streams.addListener(listener)
     dispatcher = Dispatcher(sinks)
     # a bounded read runs on the events' own time: in processing time Spark never ends the query

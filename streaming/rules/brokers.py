@@ -433,6 +433,7 @@ class BrokerFleet(RulesTable):
             if b is None:
                 continue
             rows.append({"cluster_id": self.cluster_id, "broker_id": bid, "state": b.state,
+                         "state_since_ms": b.state_since_ms, "inactive_reason": b.inactive_reason,
                          "incarnation_id": b.incarnation_id, "metadata_epoch": b.known_epoch,
                          "metadata_epoch_lag": max(0, newest - b.known_epoch) if b.known_epoch >= 0 else 0,
                          "restarts": b.restarts})

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -22,6 +23,8 @@ from streaming.rules.records import (
 )
 from streaming.rules.table import RulesTable
 from streaming.rules.validity import jumps
+
+REPORTED_EXAMPLES = 3   # client ids a shard's summary names of each kind (stale, overdue)
 
 
 @dataclass
@@ -220,9 +223,12 @@ class ClientShard(RulesTable):
         return expire(self.clients, now, self.settings.entity_expiry_ms, has_open_alert)
 
     def report(self, now: int) -> tuple[list[dict], dict | None]:
-        """Clients with an open stale incident, and clients past the rebootstrap trigger."""
+        """Clients with an open stale incident, and clients past the rebootstrap trigger: how many,
+        and the first few ids of each (the status view names them: streaming.sinks.status)."""
         trigger = self.settings.rebootstrap_trigger_ms
         open_ = self._open()
-        stale = sum(1 for c in open_ if c.stale_broker_ids)
-        overdue = sum(1 for c in open_ if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= trigger)
-        return [], {"kind": "clients", "stale_clients": stale, "overdue_clients": overdue}
+        stale = [c.client_id for c in open_ if c.stale_broker_ids]
+        overdue = [c.client_id for c in open_ if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= trigger]
+        return [], {"kind": "clients", "stale_clients": len(stale), "overdue_clients": len(overdue),
+                    "stale_examples": heapq.nsmallest(REPORTED_EXAMPLES, stale),
+                    "overdue_examples": heapq.nsmallest(REPORTED_EXAMPLES, overdue)}

@@ -1,8 +1,9 @@
 """Prometheus metrics of the driver (names and labels: docs/CONTRACTS.md), on their own registry.
 
 The job calls the ``observe_*`` methods from foreachBatch and :meth:`Metrics.batch_finished` at the
-end of each micro-batch; :meth:`Metrics.serve` exposes ``/metrics`` on a loopback port. Nothing
-here touches prometheus_client's global registry, so several instances (tests) never collide.
+end of each micro-batch; :meth:`Metrics.serve` exposes ``/metrics`` on a loopback port (with the
+status view beside it: streaming.sinks.endpoint). Nothing here touches prometheus_client's global
+registry, so several instances (tests) never collide.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import threading
 from collections import OrderedDict
 from typing import Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from streaming.events import BROKER_STATES
 from streaming.rules.table import EXPIRED_SUMMARY, RESET_SUMMARY
+from streaming.sinks.endpoint import DriverEndpoint
 from streaming.spark.packs import INPUT_METRIC
 from streaming.spark.refusals import Refusals
 
@@ -123,17 +125,17 @@ class Metrics:
 
     # --- serving -------------------------------------------------------------------------
 
-    def serve(self, port: int = DEFAULT_PORT, addr: str = "127.0.0.1") -> int:
-        """Expose /metrics over HTTP on a daemon thread; returns the bound port (0 picks a free one)."""
+    def serve(self, port: int = DEFAULT_PORT, addr: str = "127.0.0.1", status=None) -> int:
+        """Expose /metrics over HTTP on a daemon thread, and /status when given the job's status
+        board (streaming.sinks.status); returns the bound port (0 picks a free one)."""
         if self._server is not None:
             raise RuntimeError("metrics are already served; call stop() first")
-        self._server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return self._server.server_port
+        self._server = DriverEndpoint(self.registry, status)
+        return self._server.serve(port, addr)
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
     # --- streaming progress --------------------------------------------------------------

@@ -63,10 +63,12 @@ class ClusterRegistryListener(StreamingQueryListener):
 
 
 class ProgressListener(StreamingQueryListener):
-    """One concise line per micro-batch, and the metrics that come from Spark's progress."""
+    """One concise line per micro-batch, and the metrics and the status view's job section
+    (streaming.sinks.status) that come from Spark's progress."""
 
-    def __init__(self, metrics=None, emit=None):
+    def __init__(self, metrics=None, emit=None, status=None):
         self.metrics = metrics
+        self.status = status
         self.emit = emit or log.info
         self._last_batch = -1
         self._progressed = threading.Condition()
@@ -85,6 +87,8 @@ class ProgressListener(StreamingQueryListener):
         if self.metrics is not None:
             self.metrics.observe_progress(p)
             self.metrics.batch_finished(time.time())
+        if self.status is not None:
+            self.status.observe_progress(p)
         ops = p.get("stateOperators") or [{}]
         from streaming.sinks.metrics import input_records, source_lag
         from streaming.spark.refusals import describe, everything_refused, refused_everything_message
@@ -108,10 +112,14 @@ class ProgressListener(StreamingQueryListener):
     def onQueryIdle(self, event) -> None:
         if self.metrics is not None:
             self.metrics.batch_finished(time.time())
+        if self.status is not None:
+            self.status.observe_idle()
 
     def onQueryTerminated(self, event) -> None:
         if self.metrics is not None:
             self.metrics.mark_stopped()
+        if self.status is not None:
+            self.status.job_stopped(event.exception)
         self.emit(f"query {event.id} stopped" + (f": {event.exception}" if event.exception else ""))
 
 

@@ -50,7 +50,7 @@ def test_alertmanager_outage_under_load_backlog_drains_and_final_states_match(
     create_topics(broker.bootstrap_servers, job_topics(settings))
     telemetry = LiveTelemetry(broker.bootstrap_servers, settings.kafka.events_topic, "am-outage", BROKERS,
                               clients=CLIENTS).start()
-    sinks, metrics = build_sinks(settings, console=False)      # exactly what `epochwatch run` wires
+    sinks, metrics, _board = build_sinks(settings, console=False)      # exactly what `epochwatch run` wires
     memory = MemorySink()
     listener = ProgressListener(metrics, emit=lambda line: None)
     spark.streams.addListener(listener)
