@@ -1,6 +1,6 @@
 """foreachBatch: parse the processor's output rows once and hand them to pluggable sinks
 (quixstreams style: each sink has ``write(batch)`` and ``close()``; one file per sink in this
-package: kafka, alertmanager, metrics, console, jsonl, memory)."""
+package: kafka, alertmanager, metrics, status, console, jsonl, memory)."""
 
 from __future__ import annotations
 
