@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 from streaming.config import RuleSettings
 from streaming.rules.table import EXPIRED_SUMMARY, RESET_SUMMARY
@@ -55,7 +55,8 @@ class StatusBoard:
         self._brokers: dict[str, dict[int, dict]] = {}            # cluster -> broker id -> latest status row
         self._epochs: dict[str, int] = {}                          # cluster -> controller metadata epoch
         self._client_shards: dict[str, dict[int, dict]] = {}       # cluster -> shard -> its clients summary
-        self._firing: dict[str, dict] = {}                         # fingerprint -> firing alert record
+        self._firing: dict[str, dict[str, dict]] = {}              # cluster -> fingerprint -> firing record
+        self._firing_in: dict[str, str] = {}                       # fingerprint -> its cluster
         self._resolved: OrderedDict[str, None] = OrderedDict()
         self._heard: dict[str, int] = {}                           # cluster -> wall ms of its latest output
         self._behind: dict[str, dict[int, int]] = {}               # cluster -> broker id -> wall ms seen behind since
@@ -124,7 +125,7 @@ class StatusBoard:
         with self._lock:
             snapshot = [self._copy(c) for c in sorted(self._known())]
             job = dict(self._job)
-        clusters = [_summary_line(_cluster_view(*parts, now)) for parts in snapshot]
+        clusters = [_summary_line(parts, now) for parts in snapshot]
         job = _job_view(job, now)
         return {"status": worst([JOB_LEVEL[job["status"]], *(c["status"] for c in clusters)]),
                 "generated_at": utc_text(now), "job": job, "clusters": clusters}
@@ -136,19 +137,25 @@ class StatusBoard:
             if cluster_id not in self._known():
                 return None
             parts = self._copy(cluster_id)
-        return {**_cluster_view(*parts, now), "generated_at": utc_text(now)}
+        return {**_cluster_view(parts, now), "generated_at": utc_text(now)}
 
     # --- internals (called with the lock held) -------------------------------------------
 
     def _take_alerts(self, records: Iterable[Mapping]) -> None:
         for record in records:
             fp, status = record.get("fingerprint"), record.get("status")
-            if not fp or fp in self._resolved or record.get("severity") not in SEVERITY_LEVEL:
+            if (not fp or fp in self._resolved or record.get("severity") not in SEVERITY_LEVEL
+                    or record.get("starts_at") is None):
                 continue
-            if status == "firing":
-                self._firing.setdefault(fp, dict(record))
+            if status == "firing" and fp not in self._firing_in:
+                cluster = self._firing_in[fp] = _cluster_of(record)
+                self._firing.setdefault(cluster, {})[fp] = dict(record)
             elif status == "resolved":
-                self._firing.pop(fp, None)
+                cluster = self._firing_in.pop(fp, None)
+                if cluster is not None:
+                    del self._firing[cluster][fp]
+                    if not self._firing[cluster]:
+                        del self._firing[cluster]
                 self._resolved[fp] = None
                 while len(self._resolved) > RESOLVED_MEMORY:
                     self._resolved.popitem(last=False)
@@ -187,65 +194,110 @@ class StatusBoard:
 
     def _known(self) -> set[str]:
         return ({c for c, fleet in self._brokers.items() if fleet} | set(self._epochs) | set(self._client_shards)
-                | {_cluster_of(r) for r in self._firing.values()})
+                | set(self._firing))
 
-    def _copy(self, cluster: str) -> tuple:
-        return (cluster, dict(self._brokers.get(cluster, {})), self._epochs.get(cluster),
+    def _copy(self, cluster: str) -> ClusterParts:
+        return ClusterParts(cluster, dict(self._brokers.get(cluster, {})), self._epochs.get(cluster),
                 dict(self._behind.get(cluster, {})), self.lag_grace_ms,
                 list(self._client_shards.get(cluster, {}).values()),
-                [r for r in self._firing.values() if _cluster_of(r) == cluster], self._heard.get(cluster))
+                list(self._firing.get(cluster, {}).values()), self._heard.get(cluster))
 
 
 # --- pure views --------------------------------------------------------------------------------
 
-def _cluster_view(cluster: str, brokers: dict[int, dict], epoch: int | None, behind: dict[int, int], grace_ms: int,
-                  shards: list[dict], firing: list[dict], heard_ms: int | None, now: int) -> dict:
-    incidents = sorted((_incident(r, now) for r in firing),
-                       key=lambda i: (-LEVELS.index(SEVERITY_LEVEL[i["severity"]]), i["starts_at_ms"], i["alertname"],
-                                      i["fingerprint"]))
-    counts = {"total": len(incidents), **{s: sum(1 for i in incidents if i["severity"] == s) for s in SEVERITY_LEVEL}}
-    return {
-        "cluster": cluster,
-        "status": worst(SEVERITY_LEVEL[i["severity"]] for i in incidents),
-        "updated_at": utc_text(heard_ms) if heard_ms is not None else None,
-        "metadata_epoch": epoch,
-        "incidents_firing": counts,
-        "incidents": [{k: v for k, v in i.items() if k != "starts_at_ms"} for i in incidents[:INCIDENTS_SHOWN]],
-        "brokers": _brokers_view(brokers, epoch, behind, grace_ms, now),
-        "clients": _clients_view(shards),
-    }
+class ClusterParts(NamedTuple):
+    """What the board holds of one cluster, copied under its lock."""
+
+    cluster: str
+    brokers: dict[int, dict]      # broker id -> latest status row
+    epoch: int | None             # the cluster's newest metadata epoch
+    behind: dict[int, int]        # broker id -> wall ms it was first seen behind the epoch
+    lag_grace_ms: int
+    shards: list[dict]            # each client shard's latest summary
+    firing: list[dict]            # alert records
+    heard_ms: int | None
+
+
+def _cluster_view(p: ClusterParts, now: int) -> dict:
+    """One cluster in full: its lists, each entry with its age."""
+    incidents = sorted(p.firing, key=lambda r: (-LEVELS.index(SEVERITY_LEVEL[r["severity"]]), int(r["starts_at"]),
+                                                r["alertname"], r["fingerprint"]))
+    fenced, stopping, lagging = _unwell_brokers(p, now)
+    return {**_headline(p, now),
+            "metadata_epoch": p.epoch,
+            "incidents": [_incident(r, now) for r in incidents[:INCIDENTS_SHOWN]],
+            "brokers": {"total": len(p.brokers), "by_state": _by_state(p.brokers),
+                        "fenced": [_fenced(p, b, now) for b in fenced],
+                        "stopping": [{"broker_id": b, **_held(p.brokers[b], now)} for b in stopping],
+                        "lagging": [{"broker_id": b, "metadata_epoch": p.brokers[b].get("metadata_epoch"),
+                                     "lag": _epoch_lag(p.brokers[b], p.epoch), "for_s": _seconds(now - p.behind[b])}
+                                    for b in lagging]},
+            "clients": {**_client_counts(p.shards), "stale_examples": _examples(p.shards, "stale_examples"),
+                        "overdue_examples": _examples(p.shards, "overdue_examples")}}
+
+
+def _summary_line(p: ClusterParts, now: int) -> dict:
+    """One cluster of the overview: its counts, not its lists (cheap for thousands of clusters)."""
+    fenced, stopping, lagging = _unwell_brokers(p, now)
+    oldest = min((int(r["starts_at"]) for r in p.firing), default=None)
+    return {**_headline(p, now),
+            "oldest_incident_age_s": _seconds(now - oldest) if oldest is not None else None,
+            "brokers": {"total": len(p.brokers), "by_state": _by_state(p.brokers), "fenced": len(fenced),
+                        "stopping": len(stopping), "lagging": len(lagging)},
+            "clients": _client_counts(p.shards)}
+
+
+def _headline(p: ClusterParts, now: int) -> dict:
+    severities = [r["severity"] for r in p.firing]
+    return {"cluster": p.cluster, "status": worst(SEVERITY_LEVEL[s] for s in severities),
+            "updated_at": utc_text(p.heard_ms) if p.heard_ms is not None else None,
+            "incidents_firing": {"total": len(severities), **{s: severities.count(s) for s in SEVERITY_LEVEL}}}
 
 
 def _incident(record: Mapping, now: int) -> dict:
-    starts = int(record.get("starts_at") or 0)
-    return {"alertname": record.get("alertname"), "severity": record.get("severity"),
-            "labels": dict(record.get("labels") or {}), "starts_at": utc_text(starts), "starts_at_ms": starts,
-            "age_s": _seconds(now - starts), "fingerprint": record.get("fingerprint"),
+    starts = int(record["starts_at"])
+    return {"alertname": record["alertname"], "severity": record["severity"],
+            "labels": dict(record.get("labels") or {}), "starts_at": utc_text(starts),
+            "age_s": _seconds(now - starts), "fingerprint": record["fingerprint"],
             "summary": (record.get("annotations") or {}).get("summary")}
 
 
-def _brokers_view(brokers: dict[int, dict], epoch: int | None, behind: dict[int, int], grace_ms: int,
-                  now: int) -> dict:
-    by_state: dict[str, int] = {}
+def _unwell_brokers(p: ClusterParts, now: int) -> tuple[list[int], list[int], list[int]]:
+    """Ids of the fenced, the stopping and the lagging brokers. A fenced broker is not expected to
+    keep up: its epoch lag is shown with it, not as lagging."""
     fenced, stopping, lagging = [], [], []
-    for broker_id in sorted(brokers):
-        row = brokers[broker_id]
-        state = row.get("state")
-        by_state[state] = by_state.get(state, 0) + 1
-        since = row.get("state_since_ms")
-        held = ({"since": utc_text(since), "for_s": _seconds(now - since)} if isinstance(since, int) and since >= 0
-                else {"since": None, "for_s": None})
-        if state == FENCED:   # its epoch lag is shown here: a fenced broker is not expected to keep up
-            fenced.append({"broker_id": broker_id, "reason": row.get("inactive_reason") or None, **held,
-                           "metadata_epoch": row.get("metadata_epoch"), "lag": _epoch_lag(row, epoch)})
+    for broker_id in sorted(p.brokers):
+        state = p.brokers[broker_id].get("state")
+        if state == FENCED:
+            fenced.append(broker_id)
             continue
         if state == STOPPING:
-            stopping.append({"broker_id": broker_id, **held})
-        since = behind.get(broker_id)
-        if since is not None and now - since >= grace_ms:
-            lagging.append({"broker_id": broker_id, "metadata_epoch": row.get("metadata_epoch"),
-                            "lag": _epoch_lag(row, epoch), "for_s": _seconds(now - since)})
-    return {"total": len(brokers), "by_state": by_state, "fenced": fenced, "stopping": stopping, "lagging": lagging}
+            stopping.append(broker_id)
+        since = p.behind.get(broker_id)
+        if since is not None and now - since >= p.lag_grace_ms:
+            lagging.append(broker_id)
+    return fenced, stopping, lagging
+
+
+def _by_state(brokers: dict[int, dict]) -> dict[str, int]:
+    by_state: dict[str, int] = {}
+    for row in brokers.values():
+        by_state[row.get("state")] = by_state.get(row.get("state"), 0) + 1
+    return dict(sorted(by_state.items()))
+
+
+def _fenced(p: ClusterParts, broker_id: int, now: int) -> dict:
+    row = p.brokers[broker_id]
+    return {"broker_id": broker_id, "reason": row.get("inactive_reason") or None, **_held(row, now),
+            "metadata_epoch": row.get("metadata_epoch"), "lag": _epoch_lag(row, p.epoch)}
+
+
+def _held(row: Mapping, now: int) -> dict:
+    """Since when the broker is in its state (event time), and for how long by the clock."""
+    since = row.get("state_since_ms")
+    if not isinstance(since, int) or since < 0:
+        return {"since": None, "for_s": None}
+    return {"since": utc_text(since), "for_s": _seconds(now - since)}
 
 
 def _epoch_lag(row: Mapping, cluster_epoch: int | None) -> int:
@@ -257,25 +309,13 @@ def _epoch_lag(row: Mapping, cluster_epoch: int | None) -> int:
     return int(row.get("metadata_epoch_lag") or 0)
 
 
-def _clients_view(shards: list[dict]) -> dict:
-    def examples(key: str) -> list[str]:
-        return sorted({c for s in shards for c in s.get(key) or []})[:CLIENT_EXAMPLES]
-
+def _client_counts(shards: list[dict]) -> dict:
     return {"stale": sum(int(s.get("stale_clients") or 0) for s in shards),
-            "rebootstrap_overdue": sum(int(s.get("overdue_clients") or 0) for s in shards),
-            "stale_examples": examples("stale_examples"), "overdue_examples": examples("overdue_examples")}
+            "rebootstrap_overdue": sum(int(s.get("overdue_clients") or 0) for s in shards)}
 
 
-def _summary_line(view: dict) -> dict:
-    """A cluster of the overview: its counts, not its lists."""
-    b, c = view["brokers"], view["clients"]
-    firing = view["incidents_firing"]
-    return {"cluster": view["cluster"], "status": view["status"], "updated_at": view["updated_at"],
-            "incidents_firing": firing,
-            "oldest_incident_age_s": max((i["age_s"] for i in view["incidents"]), default=None),
-            "brokers": {"total": b["total"], "by_state": b["by_state"], "fenced": len(b["fenced"]),
-                        "stopping": len(b["stopping"]), "lagging": len(b["lagging"])},
-            "clients": {"stale": c["stale"], "rebootstrap_overdue": c["rebootstrap_overdue"]}}
+def _examples(shards: list[dict], key: str) -> list[str]:
+    return sorted({c for s in shards for c in s.get(key) or []})[:CLIENT_EXAMPLES]
 
 
 def _job_view(job: dict, now: int) -> dict:
