@@ -198,9 +198,9 @@ class StatusBoard:
 
     def _copy(self, cluster: str) -> ClusterParts:
         return ClusterParts(cluster, dict(self._brokers.get(cluster, {})), self._epochs.get(cluster),
-                dict(self._behind.get(cluster, {})), self.lag_grace_ms,
-                list(self._client_shards.get(cluster, {}).values()),
-                list(self._firing.get(cluster, {}).values()), self._heard.get(cluster))
+                            dict(self._behind.get(cluster, {})), self.lag_grace_ms,
+                            list(self._client_shards.get(cluster, {}).values()),
+                            list(self._firing.get(cluster, {}).values()), self._heard.get(cluster))
 
 
 # --- pure views --------------------------------------------------------------------------------
