@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,42 @@ def test_cli_render_overwrites_existing_files(tmp_path):
     (tmp_path / "epochwatch-fleet.json").write_text("{ half a file")
     assert main(["dashboards", "render", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "epochwatch-fleet.json").read_text())["uid"] == "epochwatch-fleet"
+
+
+@pytest.fixture
+def restrictive_umask():
+    """umask 077, as under a hardened service account: new files would be 0600, directories 0700."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_rendered_files_are_world_readable_whatever_the_umask(tmp_path, restrictive_umask):
+    """Grafana runs as its own user: it must read the files and enter the directories."""
+    out = tmp_path / "grafana" / "dashboards" / "epochwatch"
+    assert main(["dashboards", "render", "--out", str(out)]) == 0
+    files = sorted(out.glob("*.json"))
+    assert files and {f.name: mode(f) for f in files} == {f.name: 0o644 for f in files}
+    assert {str(d): mode(d) for d in (out, out.parent, out.parent.parent)} == {
+        str(d): 0o755 for d in (out, out.parent, out.parent.parent)}
+    # a second render replaces the files (new inodes): still 0644
+    assert main(["dashboards", "render", "--out", str(out)]) == 0
+    assert {mode(f) for f in out.glob("*.json")} == {0o644}
+
+
+def test_render_leaves_an_existing_directory_mode_alone(tmp_path, restrictive_umask):
+    out = tmp_path / "mine"
+    out.mkdir()
+    out.chmod(0o750)
+    render(build_all(), out)
+    assert mode(out) == 0o750, "the operator's choice for a directory that already exists"
+    assert {mode(f) for f in out.glob("*.json")} == {0o644}
 
 
 def test_cli_render_requires_out(capsys):
