@@ -11,6 +11,7 @@ from dashboards.selectors import broker_state_code, max_by, selector, sum_by
 UID = c.UID_BROKER_STATES
 TITLE = "epochwatch / Broker state timeline"
 BROKER_LEGEND = "{{cluster}} broker {{broker_id}}"
+STATE_ALERTS = ("BrokerHeartbeatTimeout", "BrokerStuckStopping", "BrokerNotReturned", "BrokerFlapping", "ClusterSilent")
 
 
 def state_timeline() -> statetimeline.Panel:
@@ -56,6 +57,7 @@ def current_states_table() -> table.Panel:
     expr = max_by(("cluster", "broker_id", "state"), selector("epochwatch_broker_state")) + " == 1"
     return (
         table.Panel().title("Current state per broker")
+        .description("One row per broker with the state the controller reports now.")
         .with_target(c.query(expr, instant=True))
         .datasource(c.datasource()).span(24).height(8)
         .with_transformation(c.organize(exclude=("Time", "Value")))
@@ -65,6 +67,7 @@ def current_states_table() -> table.Panel:
 def build():
     return (
         c.new_dashboard(UID, TITLE, "State timeline of every broker (INITIAL / INACTIVE / ACTIVE / STOPPING).")
+        .annotation(c.alerts_firing_annotation("Broker state alerts firing", STATE_ALERTS))
         .with_row(c.row("Timeline"))
         .with_panel(state_timeline())
         .with_row(c.row("Details"))

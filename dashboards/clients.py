@@ -19,30 +19,36 @@ CLIENT_ALERTS = (
 def stale_clients_stat() -> stat.Panel:
     return (
         c.stat_panel("Clients on stale metadata",
-                     f"sum({selector('epochwatch_clients_stale_metadata')}) or vector(0)", span=8, height=5,
-                     thresholds=c.thresholds(c.GREEN, (1, c.ORANGE), (10, c.RED)))
-        .description("Clients whose last metadata response carried an epoch below one they had already accepted.")
+                     f"sum({selector('epochwatch_clients_stale_metadata')}) or vector(0)",
+                     description="Clients whose last metadata response carried an epoch below one they had "
+                                 "already accepted. Green at 0, amber from 1, red from 10.",
+                     span=8, height=5, thresholds=c.thresholds(c.GREEN, (1, c.ORANGE), (10, c.RED)))
     )
 
 
 def overdue_rebootstrap_stat() -> stat.Panel:
     return (
         c.stat_panel("Clients overdue for rebootstrap",
-                     f"sum({selector('epochwatch_clients_rebootstrap_overdue')}) or vector(0)", span=8, height=5,
-                     thresholds=c.thresholds(c.GREEN, (1, c.RED)))
-        .description("Clients without usable metadata for longer than metadata.recovery.rebootstrap.trigger.ms (KIP-1102).")
+                     f"sum({selector('epochwatch_clients_rebootstrap_overdue')}) or vector(0)",
+                     description="Clients without usable metadata for longer than "
+                                 "metadata.recovery.rebootstrap.trigger.ms (KIP-1102). Green at 0, red from 1.",
+                     span=8, height=5, thresholds=c.thresholds(c.GREEN, (1, c.RED)))
     )
 
 
 def client_alerts_stat() -> stat.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=CLIENT_ALERTS)
-    return c.stat_panel("Client alerts firing", f"sum({firing}) or vector(0)", span=8, height=5,
-                        thresholds=c.thresholds(c.GREEN, (1, c.ORANGE)), graph=cm.BigValueGraphMode.NONE)
+    return c.stat_panel("Client alerts firing", f"sum({firing}) or vector(0)",
+                        description="Open client-side incidents (stale metadata, rebootstrap, cluster id mismatch, "
+                                    "commit epoch regression, connection timeout storms). Green at 0, amber from 1.",
+                        span=8, height=5, thresholds=c.thresholds(c.GREEN, (1, c.ORANGE)),
+                        graph=cm.BigValueGraphMode.NONE)
 
 
 def stale_clients_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("Clients on stale metadata per cluster")
+        .description("Clients whose last metadata response was older than one they had accepted, per cluster.")
         .with_target(c.query(sum_by(("cluster",), selector("epochwatch_clients_stale_metadata")), legend="{{cluster}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE), (10, c.RED))).thresholds_style(c.threshold_lines())
@@ -54,6 +60,7 @@ def stale_clients_timeseries() -> timeseries.Panel:
 def overdue_rebootstrap_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("Clients overdue for rebootstrap per cluster")
+        .description("Clients past metadata.recovery.rebootstrap.trigger.ms without usable metadata, per cluster.")
         .with_target(c.query(sum_by(("cluster",), selector("epochwatch_clients_rebootstrap_overdue")), legend="{{cluster}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .thresholds(c.thresholds(c.GREEN, (1, c.RED))).thresholds_style(c.threshold_lines())
@@ -65,6 +72,7 @@ def client_alerts_timeseries() -> timeseries.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=CLIENT_ALERTS)
     return (
         timeseries.Panel().title("Client alerts firing by alertname")
+        .description("Open client-side incidents per cluster and alert name.")
         .with_target(c.query(sum_by(("cluster", "alertname"), firing), legend="{{cluster}} {{alertname}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(24).height(8)
         .stacking(c.stacked()).fill_opacity(40)
@@ -75,6 +83,7 @@ def client_alerts_timeseries() -> timeseries.Panel:
 def build():
     return (
         c.new_dashboard(UID, TITLE, "Clients on stale metadata, clients overdue for rebootstrap, client-side alerts.")
+        .annotation(c.alerts_firing_annotation("Client alerts firing", CLIENT_ALERTS))
         .with_row(c.row("Now"))
         .with_panel(stale_clients_stat())
         .with_panel(overdue_rebootstrap_stat())

@@ -1,4 +1,5 @@
-"""Pieces every dashboard shares: uids, variables, queries, legends, thresholds, links, JSON.
+"""Pieces every dashboard shares: uids, variables, queries, legends, thresholds, links,
+annotations, JSON.
 
 A dashboard module chains the SDK builders and uses these helpers so that the datasource,
 the ``cluster`` variable and the navigation look the same everywhere.
@@ -17,10 +18,17 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from dashboards.metrics import BROKER_STATE_CODES
-from dashboards.selectors import CLUSTER_VARIABLE
+from dashboards.selectors import CLUSTER_VARIABLE, max_by, selector
 
 TAG = "epochwatch"
 DATASOURCE_VARIABLE = "datasource"
+# The datasource deploy/grafana/provisioning/datasources/prometheus.yml provisions: the
+# `datasource` variable starts on it (Grafana falls back to the default Prometheus without it).
+PROVISIONED_DATASOURCE_UID = "epochwatch-prometheus"
+PROVISIONED_DATASOURCE_NAME = "Prometheus (epochwatch)"
+# Annotation queries run as range queries at this step; firing samples closer than a step merge
+# into one region.
+ANNOTATION_STEP = "1m"
 
 UID_FLEET = "epochwatch-fleet"
 UID_BROKER_STATES = "epochwatch-broker-states"
@@ -47,23 +55,29 @@ def query(expr: str, legend: str = "", ref_id: str = "A", instant: bool = False)
     return q
 
 
-def stat_panel(title: str, expr: str, *, span: int, height: int, unit: str | None = "short",
-               thresholds: dash.ThresholdsConfig | None = None, legend: str = "", instant: bool = False,
+def stat_panel(title: str, expr: str, *, description: str, thresholds: dash.ThresholdsConfig, span: int,
+               height: int, unit: str | None = "short", legend: str = "", instant: bool = False,
                color: cm.BigValueColorMode = cm.BigValueColorMode.BACKGROUND,
                graph: cm.BigValueGraphMode = cm.BigValueGraphMode.AREA) -> stat.Panel:
-    """A single-number panel of whole numbers, coloured by ``thresholds`` when given; chain the
-    rest (description, links, mappings) onto it."""
-    panel = (stat.Panel().title(title).with_target(query(expr, legend=legend, instant=instant))
-             .datasource(datasource()).decimals(0).span(span).height(height).color_mode(color).graph_mode(graph))
+    """A single-number panel of whole numbers, coloured by ``thresholds``; chain the rest (links,
+    mappings) onto it.
+
+    Thresholds are required: without them Grafana colours a stat with its default steps (green,
+    red from 80), which say nothing about this number. Where 0 is the healthy value the base is
+    green; where 0 is the outage (brokers ACTIVE, clusters reporting, job up) the base is red.
+    """
+    panel = (stat.Panel().title(title).description(description)
+             .with_target(query(expr, legend=legend, instant=instant))
+             .datasource(datasource()).decimals(0).span(span).height(height).color_mode(color).graph_mode(graph)
+             .thresholds(thresholds).color_scheme(threshold_colors()))
     if unit is not None:
         panel = panel.unit(unit)
-    if thresholds is not None:
-        panel = panel.thresholds(thresholds).color_scheme(threshold_colors())
     return panel
 
 
 def datasource_variable() -> dash.DatasourceVariable:
-    return dash.DatasourceVariable(DATASOURCE_VARIABLE).label("Data source").type("prometheus")
+    provisioned = dm.VariableOption(selected=True, text=PROVISIONED_DATASOURCE_NAME, value=PROVISIONED_DATASOURCE_UID)
+    return dash.DatasourceVariable(DATASOURCE_VARIABLE).label("Data source").type("prometheus").current(provisioned)
 
 
 def cluster_variable() -> dash.QueryVariable:
@@ -102,6 +116,19 @@ def new_dashboard(uid: str, title: str, description: str) -> dash.Dashboard:
             .include_vars(True)
             .keep_time(True)
         )
+    )
+
+
+def alerts_firing_annotation(name: str, alertnames: tuple[str, ...] = ()) -> dash.AnnotationQuery:
+    """A region on every time-series panel while an alert fires (``alertnames``, or all of them):
+    its start and end are the alert's transitions, titled with the alert and tagged with its labels."""
+    firing = selector("epochwatch_alerts_firing", **({"alertname": alertnames} if alertnames else {}))
+    expr = f"{max_by(('cluster', 'alertname', 'severity'), firing)} > 0"
+    return (
+        dash.AnnotationQuery().name(name).datasource(datasource()).enable(True).icon_color(RED)
+        .target(query(expr, ref_id="Anno").interval(ANNOTATION_STEP))
+        .title_format("{{alertname}} ({{severity}})").text_format("cluster {{cluster}}")
+        .tag_keys("cluster,alertname,severity")
     )
 
 

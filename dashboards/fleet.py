@@ -15,25 +15,39 @@ TITLE = "epochwatch / Fleet overview"
 def clusters_stat() -> stat.Panel:
     return (
         c.stat_panel("Clusters reporting", f"count({sum_by(('cluster',), selector('epochwatch_broker_state'))})",
+                     description="Kafka clusters with at least one broker known to epochwatch. Red at 0: "
+                                 "no telemetry reaches the job.",
                      instant=True, span=4, height=4, thresholds=c.thresholds(c.RED, (1, c.GREEN)),
                      color=cm.BigValueColorMode.VALUE, graph=cm.BigValueGraphMode.NONE)
-        .description("Kafka clusters with at least one broker known to epochwatch.")
     )
 
 
-def brokers_in_state_stat(state: str, bad_from: float | None) -> stat.Panel:
-    """Brokers in ``state`` right now; coloured when at least ``bad_from`` brokers are in it."""
-    colors = c.thresholds(c.STATE_COLORS[state], (bad_from, c.RED)) if bad_from else c.thresholds(c.STATE_COLORS[state])
+# Per state: what its broker count means, and its colours. ACTIVE brokers serve: none is the
+# outage. INACTIVE (fenced) brokers serve old metadata: one is an incident. STOPPING is a
+# controlled shutdown: one is a rolling restart in progress, BrokerStuckStopping pages if it stays.
+BROKER_STATE_STATS = {
+    "ACTIVE": ("Brokers serving clients with current metadata. Red at 0.", c.thresholds(c.RED, (1, c.GREEN))),
+    "INACTIVE": ("Fenced brokers: cut off from the controller, they may serve old metadata. Green at 0, red from 1.",
+                 c.thresholds(c.GREEN, (1, c.RED))),
+    "STOPPING": ("Brokers in controlled shutdown. Green at 0, amber from 1 (a rolling restart).",
+                 c.thresholds(c.GREEN, (1, c.ORANGE))),
+}
+
+
+def brokers_in_state_stat(state: str) -> stat.Panel:
+    """Brokers in ``state`` right now, coloured by what that count means (BROKER_STATE_STATS)."""
+    description, colors = BROKER_STATE_STATS[state]
     return (
-        c.stat_panel(f"Brokers {state}", f"sum({selector('epochwatch_broker_state', state=state)})", span=4,
-                     height=4, thresholds=colors)
+        c.stat_panel(f"Brokers {state}", f"sum({selector('epochwatch_broker_state', state=state)})",
+                     description=description, span=4, height=4, thresholds=colors)
         .links([c.dashboard_link(c.UID_BROKER_STATES, "Broker state timeline")])
     )
 
 
 def alerts_firing_stat(severity: str) -> stat.Panel:
     return c.stat_panel(f"Alerts firing ({severity})",
-                        f"sum({selector('epochwatch_alerts_firing', severity=severity)}) or vector(0)", span=4,
+                        f"sum({selector('epochwatch_alerts_firing', severity=severity)}) or vector(0)",
+                        description=f"Open {severity} incidents in the picked clusters. Green at 0.", span=4,
                         height=4, thresholds=c.thresholds(c.GREEN, (1, c.SEVERITY_COLORS[severity])))
 
 
@@ -52,6 +66,7 @@ def brokers_per_state_timeseries() -> timeseries.Panel:
 def active_brokers_per_cluster_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("ACTIVE brokers per cluster")
+        .description("Brokers in state ACTIVE per cluster; a dip is a broker fenced, shut down or restarting.")
         .with_target(c.query(sum_by(("cluster",), selector("epochwatch_broker_state", state="ACTIVE")), legend="{{cluster}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .legend(c.legend()).tooltip(c.tooltip())
@@ -61,6 +76,7 @@ def active_brokers_per_cluster_timeseries() -> timeseries.Panel:
 def alerts_by_severity_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("Alerts firing by severity")
+        .description("Open incidents per severity over time (all alert names, picked clusters).")
         .with_target(c.query(sum_by(("severity",), selector("epochwatch_alerts_firing")), legend="{{severity}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .legend(c.legend()).tooltip(c.tooltip()).stacking(c.stacked()).fill_opacity(40)
@@ -82,11 +98,12 @@ def alerts_by_name_table() -> table.Panel:
 def build():
     return (
         c.new_dashboard(UID, TITLE, "Brokers per state, alerts firing by severity and name, clusters reporting.")
+        .annotation(c.alerts_firing_annotation("Alerts firing"))
         .with_row(c.row("Now"))
         .with_panel(clusters_stat())
-        .with_panel(brokers_in_state_stat("ACTIVE", None))
-        .with_panel(brokers_in_state_stat("INACTIVE", 1))
-        .with_panel(brokers_in_state_stat("STOPPING", 1))
+        .with_panel(brokers_in_state_stat("ACTIVE"))
+        .with_panel(brokers_in_state_stat("INACTIVE"))
+        .with_panel(brokers_in_state_stat("STOPPING"))
         .with_panel(alerts_firing_stat("critical"))
         .with_panel(alerts_firing_stat("warning"))
         .with_row(c.row("Brokers"))

@@ -17,6 +17,8 @@ REGRESSION_ALERTS = ("BrokerIncarnationRegression", "DuplicateBrokerId")
 def restarts_in_range_stat() -> stat.Panel:
     return c.stat_panel("Restarts in the time range",
                         f"sum({increase('epochwatch_broker_restarts_total', RANGE_WINDOW)}) or vector(0)",
+                        description="New broker processes (incarnations) in the dashboard's time range. Green at "
+                                    "0, yellow from 1, amber from 5.",
                         instant=True, span=6, height=5,
                         thresholds=c.thresholds(c.GREEN, (1, c.YELLOW), (5, c.ORANGE)),
                         color=cm.BigValueColorMode.VALUE, graph=cm.BigValueGraphMode.NONE)
@@ -25,10 +27,11 @@ def restarts_in_range_stat() -> stat.Panel:
 def regressions_firing_stat() -> stat.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=REGRESSION_ALERTS)
     return (
-        c.stat_panel("Incarnation regressions / duplicate ids firing", f"sum({firing}) or vector(0)", span=6,
-                     height=5, thresholds=c.thresholds(c.GREEN, (1, c.RED)))
-        .description("An older incarnation (broker epoch) than one already seen: a zombie process or two "
-                     "processes with the same broker id (KIP-343 INVALID_INCARNATION_ID, KRaft STALE_BROKER_EPOCH).")
+        c.stat_panel("Incarnation regressions / duplicate ids firing", f"sum({firing}) or vector(0)",
+                     description="An older incarnation (broker epoch) than one already seen: a zombie process or "
+                                 "two processes with the same broker id (KIP-343 INVALID_INCARNATION_ID, KRaft "
+                                 "STALE_BROKER_EPOCH). Green at 0, red from 1.",
+                     span=6, height=5, thresholds=c.thresholds(c.GREEN, (1, c.RED)))
     )
 
 
@@ -61,6 +64,7 @@ def regression_alerts_timeseries() -> timeseries.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=REGRESSION_ALERTS + ("BrokerRestarted",))
     return (
         timeseries.Panel().title("Incarnation alerts firing")
+        .description("Open incarnation regression, duplicate id and restart alerts per cluster and alert name.")
         .with_target(c.query(sum_by(("cluster", "alertname"), firing), legend="{{cluster}} {{alertname}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .legend(c.legend()).tooltip(c.tooltip())
@@ -71,6 +75,7 @@ def restarts_table() -> table.Panel:
     expr = sum_by(("cluster", "broker_id"), increase("epochwatch_broker_restarts_total", RANGE_WINDOW))
     return (
         table.Panel().title("Restarts per broker in the time range")
+        .description("Brokers that restarted at least once in the time range, most restarts first.")
         .with_target(c.query(f"sort_desc({expr} > 0)", instant=True))
         .datasource(c.datasource()).span(12).height(8).unit("short").decimals(0)
         .with_transformation(c.organize(rename={"Value": "restarts"}))
@@ -80,6 +85,7 @@ def restarts_table() -> table.Panel:
 def build():
     return (
         c.new_dashboard(UID, TITLE, "Broker restarts, incarnation ids, incarnation regressions and duplicate broker ids.")
+        .annotation(c.alerts_firing_annotation("Incarnation alerts firing", REGRESSION_ALERTS))
         .with_row(c.row("Now"))
         .with_panel(restarts_in_range_stat())
         .with_panel(regressions_firing_stat())

@@ -6,7 +6,7 @@ from grafana_foundation_sdk.builders import bargauge, stat, timeseries
 from grafana_foundation_sdk.models import common as cm
 
 from dashboards import common as c
-from dashboards.selectors import max_by, selector, sum_by
+from dashboards.selectors import max_by, selector
 
 UID = c.UID_METADATA_EPOCHS
 TITLE = "epochwatch / Metadata epoch lag"
@@ -21,26 +21,37 @@ def lag_thresholds():
 
 
 def max_lag_stat() -> stat.Panel:
-    return c.stat_panel("Largest lag now", f"max({selector('epochwatch_broker_metadata_epoch_lag')})", span=6,
-                        height=5, unit="none", thresholds=lag_thresholds())
+    return c.stat_panel("Largest lag now", f"max({selector('epochwatch_broker_metadata_epoch_lag')})",
+                        description=f"The metadata epochs the furthest-behind broker trails the controller by. "
+                                    f"Green below {LAG_WARNING}, amber from {LAG_WARNING}, red from {LAG_CRITICAL}.",
+                        span=6, height=5, unit="none", thresholds=lag_thresholds())
 
 
 def lagging_brokers_stat() -> stat.Panel:
     lagging = f"{selector('epochwatch_broker_metadata_epoch_lag')} >= {LAG_WARNING}"
-    return c.stat_panel(f"Brokers lagging by {LAG_WARNING}+ epochs", f"count({lagging}) or vector(0)", span=6,
-                        height=5, thresholds=c.thresholds(c.GREEN, (1, c.ORANGE)), graph=cm.BigValueGraphMode.NONE)
+    return c.stat_panel(f"Brokers lagging by {LAG_WARNING}+ epochs", f"count({lagging}) or vector(0)",
+                        description=f"Brokers at least {LAG_WARNING} metadata epochs behind the controller. Green "
+                                    f"at 0, amber from 1.",
+                        span=6, height=5, thresholds=c.thresholds(c.GREEN, (1, c.ORANGE)),
+                        graph=cm.BigValueGraphMode.NONE)
 
 
 def lag_alerts_stat() -> stat.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=LAG_ALERTS)
-    return c.stat_panel("Lag / epoch regression alerts firing", f"sum({firing}) or vector(0)", span=6, height=5,
-                        thresholds=c.thresholds(c.GREEN, (1, c.RED)), graph=cm.BigValueGraphMode.NONE)
+    return c.stat_panel("Lag / epoch regression alerts firing", f"sum({firing}) or vector(0)",
+                        description="Open BrokerMetadataLag and MetadataEpochRegression incidents. Green at 0, red "
+                                    "from 1.",
+                        span=6, height=5, thresholds=c.thresholds(c.GREEN, (1, c.RED)),
+                        graph=cm.BigValueGraphMode.NONE)
 
 
 def cluster_epoch_stat() -> stat.Panel:
     return c.stat_panel("Controller metadata epoch",
                         max_by(("cluster",), selector("epochwatch_cluster_metadata_epoch")), legend="{{cluster}}",
-                        span=6, height=5, unit="none", color=cm.BigValueColorMode.NONE)
+                        description="The newest metadata epoch per cluster: a counter, neither good nor bad "
+                                    "(not coloured).",
+                        span=6, height=5, unit="none", thresholds=c.thresholds(c.BLUE),
+                        color=cm.BigValueColorMode.NONE)
 
 
 def lag_timeseries() -> timeseries.Panel:
@@ -60,6 +71,8 @@ def lag_timeseries() -> timeseries.Panel:
 def epochs_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("Cluster epoch and broker epochs")
+        .description("The controller's metadata epoch and the epoch each broker last applied; a broker's line "
+                     "that stays flat while the controller's climbs is cut off.")
         .with_target(c.query(max_by(("cluster",), selector("epochwatch_cluster_metadata_epoch")),
                              legend="{{cluster}} controller", ref_id="A"))
         .with_target(c.query(max_by(("cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch")),
@@ -74,6 +87,7 @@ def lag_now_bargauge() -> bargauge.Panel:
     expr = f"sort_desc({max_by(('cluster', 'broker_id'), selector('epochwatch_broker_metadata_epoch_lag'))})"
     return (
         bargauge.Panel().title("Lag per broker now")
+        .description("Each broker's metadata epoch lag now, largest first.")
         .with_target(c.query(expr, legend=BROKER_LEGEND, instant=True))
         .datasource(c.datasource()).unit("none").decimals(0).min(0).span(12).height(8)
         .thresholds(lag_thresholds()).color_scheme(c.threshold_colors())
@@ -85,6 +99,7 @@ def lag_now_bargauge() -> bargauge.Panel:
 def build():
     return (
         c.new_dashboard(UID, TITLE, "Per-broker metadata epoch lag behind the controller, with the cluster epoch.")
+        .annotation(c.alerts_firing_annotation("Lag alerts firing", LAG_ALERTS))
         .with_row(c.row("Now"))
         .with_panel(max_lag_stat())
         .with_panel(lagging_brokers_stat())

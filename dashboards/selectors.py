@@ -3,7 +3,9 @@
 ``selector`` adds the ``cluster`` template-variable matcher to every metric that carries a
 ``cluster`` label (and only to those: the monitor's own metrics have none, and a matcher on a
 missing label would hide them as soon as one cluster is picked). Label matchers are checked
-against the metric's labels in :mod:`dashboards.metrics`.
+against the metric's labels in :mod:`dashboards.metrics`. ``scrape_target=True`` also adds the
+``job`` / ``instance`` variable matchers (labels Prometheus gives every scraped series), for the
+monitor's own dashboard, where one Prometheus may scrape several epochwatch jobs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Iterable, Sequence
 from dashboards.metrics import BROKER_STATE_CODES, metric
 
 CLUSTER_VARIABLE = "cluster"
+JOB_VARIABLE, INSTANCE_VARIABLE = "job", "instance"
 RATE_WINDOW = "$__rate_interval"
 RANGE_WINDOW = "$__range"
 
@@ -23,11 +26,12 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def selector(name: str, suffix: str = "", **matchers: str | Sequence[str]) -> str:
+def selector(name: str, suffix: str = "", *, scrape_target: bool = False, **matchers: str | Sequence[str]) -> str:
     """``name{cluster=~"$cluster",label="value",other=~"a|b"}``.
 
     A string value is an equality matcher, a list or tuple of strings an alternation
     (``=~"a|b"``). ``suffix`` picks a histogram series (``_bucket``, ``_sum``, ``_count``).
+    ``scrape_target`` appends ``job=~"$job",instance=~"$instance"``.
     """
     m = metric(name)
     if suffix and suffix not in _SUFFIXES.get(m.kind, ()):
@@ -40,6 +44,8 @@ def selector(name: str, suffix: str = "", **matchers: str | Sequence[str]) -> st
             parts.append(f'{label}="{_escape(value)}"')
         else:
             parts.append(f'{label}=~"{"|".join(_escape(v) for v in value)}"')
+    if scrape_target:
+        parts += [f'{v}=~"${v}"' for v in (JOB_VARIABLE, INSTANCE_VARIABLE)]
     return f"{name}{suffix}{{{','.join(parts)}}}"
 
 
@@ -66,9 +72,9 @@ def increase(name: str, window: str = RATE_WINDOW, **matchers) -> str:
     return f"increase({selector(name, **matchers)}[{window}])"
 
 
-def histogram_quantile(quantile: float, name: str, window: str = RATE_WINDOW) -> str:
+def histogram_quantile(quantile: float, name: str, window: str = RATE_WINDOW, **matchers) -> str:
     _require_kind(name, "histogram")
-    buckets = sum_by(("le",), f"rate({selector(name, '_bucket')}[{window}])")
+    buckets = sum_by(("le",), f"rate({selector(name, '_bucket', **matchers)}[{window}])")
     return f"histogram_quantile({quantile}, {buckets})"
 
 

@@ -8,11 +8,14 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from dashboards import build_all
+from dashboards.common import PROVISIONED_DATASOURCE_UID
 from dashboards.metrics import METRICS
 from dashboards.validation import schema_errors
+from streaming.rules.catalog import RULES
 
 EXPECTED_UIDS = [
     "epochwatch-fleet", "epochwatch-broker-states", "epochwatch-incarnations",
@@ -20,6 +23,7 @@ EXPECTED_UIDS = [
 ]
 DASHBOARDS = build_all()
 CONTRACTS = Path(__file__).resolve().parents[2] / "docs" / "CONTRACTS.md"
+META_RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "rules" / "epochwatch-meta.yml"
 SDK_PANEL_MODELS = {"timeseries": "timeseries", "stat": "stat", "state-timeline": "statetimeline",
                     "table": "table", "bargauge": "bargauge"}
 METRIC_REF = re.compile(r"\b(epochwatch_[a-z_]+)(\{[^}]*\})?")
@@ -76,8 +80,11 @@ def test_dashboard_metadata(uid):
 @pytest.mark.parametrize("uid", EXPECTED_UIDS)
 def test_template_variables_datasource_and_cluster(uid):
     variables = {v["name"]: v for v in DASHBOARDS[uid]["templating"]["list"]}
-    assert list(variables) == ["datasource", "cluster"]
+    own = ["job", "instance"] if uid == "epochwatch-monitor" else []
+    assert list(variables) == ["datasource", "cluster", *own]
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    # starts on the provisioned datasource (by uid), not on whatever Prometheus is Grafana's default
+    assert variables["datasource"]["current"]["value"] == PROVISIONED_DATASOURCE_UID
     cluster = variables["cluster"]
     assert cluster["type"] == "query"
     assert cluster["query"] == "label_values(epochwatch_broker_state, cluster)"
@@ -161,12 +168,120 @@ def test_units_and_thresholds(uid):
             assert values == sorted(values), f"{panel['title']} thresholds not ascending"
 
 
+def stat_panels():
+    return [(uid, p) for uid, d in DASHBOARDS.items() for p in visual_panels(d) if p["type"] == "stat"]
+
+
+def colour_at(panel: dict, value: float) -> str:
+    """The colour Grafana gives ``value``: the last absolute step whose value is at or below it."""
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    return [s["color"] for s in steps if s["value"] is None or s["value"] <= value][-1]
+
+
+# Stats where 0 is the outage (red at 0), and counters that are neither good nor bad (never coloured).
+ZERO_IS_BAD = {("epochwatch-fleet", "Clusters reporting"), ("epochwatch-fleet", "Brokers ACTIVE"),
+               ("epochwatch-monitor", "Job up")}
+NOT_COLOURED = {("epochwatch-metadata-epochs", "Controller metadata epoch"), ("epochwatch-monitor", "State rows")}
+
+
+def test_every_stat_panel_has_its_own_thresholds_with_a_base_colour():
+    """Without thresholds Grafana colours a stat green below 80 and red from 80, whatever it counts."""
+    assert len(stat_panels()) >= 20
+    for uid, panel in stat_panels():
+        defaults = panel["fieldConfig"]["defaults"]
+        steps = defaults["thresholds"]["steps"]
+        assert defaults["thresholds"]["mode"] == "absolute", (uid, panel["title"])
+        assert steps[0]["value"] is None and steps[0]["color"], f"{uid} / {panel['title']}: no base colour"
+        assert defaults["color"] == {"mode": "thresholds"}, (uid, panel["title"])
+
+
+@pytest.mark.parametrize("uid, title", sorted(ZERO_IS_BAD | NOT_COLOURED))
+def test_the_exceptions_name_existing_stats(uid, title):
+    assert title in {p["title"] for u, p in stat_panels() if u == uid}
+
+
+def test_counts_of_trouble_are_green_at_zero_and_coloured_above():
+    """Alerts firing, fenced brokers, lag, backlog, dead letters...: 0 is healthy. Each turns
+    another colour at some value above 0, or it would never warn."""
+    checked = 0
+    for uid, panel in stat_panels():
+        if (uid, panel["title"]) in ZERO_IS_BAD | NOT_COLOURED:
+            continue
+        assert colour_at(panel, 0) == "green", f"{uid} / {panel['title']} is not green at 0"
+        above = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"][1:]]
+        assert above and min(above) > 0 and colour_at(panel, max(above)) != "green", (uid, panel["title"])
+        checked += 1
+    assert checked >= 15
+
+
+def test_stats_whose_zero_is_an_outage_are_red_at_zero_and_green_from_one():
+    panels = {(uid, p["title"]): p for uid, p in stat_panels()}
+    for key in ZERO_IS_BAD:
+        assert (colour_at(panels[key], 0), colour_at(panels[key], 1)) == ("red", "green"), key
+
+
+def test_uncoloured_stats_say_so():
+    panels = {(uid, p["title"]): p for uid, p in stat_panels()}
+    for key in NOT_COLOURED:
+        assert panels[key]["options"]["colorMode"] == "none", key
+
+
 def test_alerting_stats_turn_red_or_orange_from_one_firing_alert():
     fleet = {p["title"]: p for p in visual_panels(DASHBOARDS["epochwatch-fleet"])}
     steps = fleet["Alerts firing (critical)"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert steps == [{"color": "green", "value": None}, {"color": "red", "value": 1}]
     inactive = fleet["Brokers INACTIVE"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
-    assert inactive[-1] == {"color": "red", "value": 1}
+    assert inactive == [{"color": "green", "value": None}, {"color": "red", "value": 1}]
+
+
+@pytest.mark.parametrize("uid", EXPECTED_UIDS)
+def test_every_panel_says_what_it_shows(uid):
+    """The (i) tooltip is where on-call reads what a number means at 3 a.m.; rows have none."""
+    for panel in visual_panels(DASHBOARDS[uid]):
+        assert panel.get("description", "").strip(), f"{uid} / {panel['title']} has no description"
+    assert DASHBOARDS[uid]["description"].strip()
+
+
+def test_monitor_queries_are_filtered_by_job_and_instance():
+    """One Prometheus may scrape several epochwatch jobs: every series of the monitor dashboard is
+    picked by the job and instance variables, which list the scraped targets."""
+    monitor = DASHBOARDS["epochwatch-monitor"]
+    variables = {v["name"]: v for v in monitor["templating"]["list"]}
+    assert variables["job"]["query"] == "label_values(epochwatch_up, job)"
+    assert variables["instance"]["query"] == 'label_values(epochwatch_up{job=~"$job"}, instance)'
+    for name in ("job", "instance"):
+        v = variables[name]
+        assert v["type"] == "query" and v["multi"] and v["includeAll"] and v["allValue"] == ".*"
+        assert v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    refs = [(p["title"], m) for p in visual_panels(monitor) for t in p["targets"]
+            for _, m in METRIC_REF.findall(t["expr"])]
+    assert len(refs) >= 15
+    for title, matchers in refs:
+        assert 'job=~"$job"' in matchers and 'instance=~"$instance"' in matchers, (title, matchers)
+    for uid, d in DASHBOARDS.items():
+        if uid != "epochwatch-monitor":
+            assert "$job" not in json.dumps(d["panels"]), f"{uid}: the Kafka dashboards filter by cluster only"
+
+
+@pytest.mark.parametrize("uid", EXPECTED_UIDS)
+def test_annotations_mark_alert_transitions(uid):
+    """Every dashboard overlays the alerts that concern it: a region from the alert's firing
+    transition to its resolution, titled with the alert name."""
+    annotations = DASHBOARDS[uid]["annotations"]["list"]
+    assert annotations, f"{uid} has no annotation"
+    for a in annotations:
+        assert a["enable"] is True and a["name"] and a["iconColor"]
+        assert a["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert a["target"]["datasource"] == a["datasource"] and a["target"]["refId"] == "Anno"
+        assert "{{alertname}}" in a["titleFormat"] and "alertname" in a["tagKeys"].split(",")
+        expr = a["target"]["expr"]
+        if uid == "epochwatch-monitor":
+            assert expr.startswith("ALERTS{") and 'alertstate="firing"' in expr and 'job=~"$job"' in expr
+        else:
+            assert expr.startswith("max by (cluster, alertname, severity) (epochwatch_alerts_firing{")
+            assert 'cluster=~"$cluster"' in expr and expr.endswith("> 0")
+            named = re.search(r'alertname=~"([^"]*)"', expr)
+            assert named is None or set(named[1].split("|")) <= set(RULES), expr
 
 
 def test_broker_state_timeline_maps_kafka_state_codes_to_names_and_colours():
@@ -189,3 +304,11 @@ def test_links_between_dashboards():
                 assert "${cluster:queryparam}" in link["url"] and "${__url_time_range}" in link["url"]
                 linked.add(target)
     assert len(linked) >= 4, f"few cross links: {linked}"
+
+
+def test_monitor_annotation_covers_every_meta_alert():
+    [annotation] = DASHBOARDS["epochwatch-monitor"]["annotations"]["list"]
+    pattern = re.search(r'alertname=~"([^"]+)"', annotation["target"]["expr"])[1]
+    groups = yaml.safe_load(META_RULES.read_text())["groups"]
+    names = [r["alert"] for g in groups for r in g["rules"] if "alert" in r]
+    assert len(names) >= 5 and all(re.fullmatch(pattern, n) for n in names), names

@@ -28,6 +28,11 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian p
      "5: quotes in values are escaped"),
     (("epochwatch_batch_duration_seconds", "_bucket"), {}, "epochwatch_batch_duration_seconds_bucket{}",
      "6: histograms have _bucket / _sum / _count series"),
+    (("epochwatch_up",), {"scrape_target": True}, 'epochwatch_up{job=~"$job",instance=~"$instance"}',
+     "7: the monitor dashboard picks scrape targets by the job and instance variables"),
+    (("epochwatch_alerts_firing",), {"scrape_target": True, "severity": "critical"},
+     'epochwatch_alerts_firing{cluster=~"$cluster",severity="critical",job=~"$job",instance=~"$instance"}',
+     "8: ... after the cluster and label matchers"),
 ])
 def test_selector(args, kwargs, expected, why):
     assert selector(*args, **kwargs) == expected, why
@@ -52,12 +57,21 @@ def test_query_helpers():
         'increase(epochwatch_broker_restarts_total{cluster=~"$cluster"}[$__range])'
     assert histogram_quantile(0.95, "epochwatch_batch_duration_seconds") == \
         "histogram_quantile(0.95, sum by (le) (rate(epochwatch_batch_duration_seconds_bucket{}[$__rate_interval])))"
+    assert rate("epochwatch_late_events_total", scrape_target=True) == \
+        'rate(epochwatch_late_events_total{job=~"$job",instance=~"$instance"}[$__rate_interval])'
+    assert histogram_quantile(0.5, "epochwatch_batch_duration_seconds", scrape_target=True) == (
+        "histogram_quantile(0.5, sum by (le) (rate(epochwatch_batch_duration_seconds_bucket"
+        '{job=~"$job",instance=~"$instance"}[$__rate_interval])))')
 
 
 def grafana_interpolate(expr: str, cluster: str = ".*") -> str:
-    """What Grafana sends to Prometheus: variables replaced (cluster 'All' is '.*', see cluster_variable)."""
-    return (expr.replace("$cluster", cluster).replace("$__rate_interval", "1m")
-            .replace("$__range", "1h"))
+    """What Grafana sends to Prometheus: variables replaced ('All' is '.*', see cluster_variable)."""
+    return (expr.replace("$cluster", cluster).replace("$job", ".*").replace("$instance", ".*")
+            .replace("$__rate_interval", "1m").replace("$__range", "1h"))
+
+
+def annotation_exprs() -> list[str]:
+    return [a["target"]["expr"] for d in build_all().values() for a in d["annotations"]["list"]]
 
 
 def run_promtool(tmp_path, *args) -> subprocess.CompletedProcess:
@@ -66,9 +80,10 @@ def run_promtool(tmp_path, *args) -> subprocess.CompletedProcess:
 
 @needs_promtool
 def test_every_dashboard_query_is_valid_promql(tmp_path):
-    rules = [{"record": f"epochwatch:dashboard_query:{i}", "expr": grafana_interpolate(t["expr"])}
-             for i, t in enumerate(t for d in build_all().values() for p in d["panels"] for t in p.get("targets", []))]
-    assert len(rules) > 40
+    exprs = [t["expr"] for d in build_all().values() for p in d["panels"] for t in p.get("targets", [])]
+    assert len(exprs) > 40 and len(annotation_exprs()) == 6
+    rules = [{"record": f"epochwatch:dashboard_query:{i}", "expr": grafana_interpolate(expr)}
+             for i, expr in enumerate(exprs + annotation_exprs())]
     (tmp_path / "queries.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
     result = run_promtool(tmp_path, "check", "rules", "queries.yml")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -89,6 +104,29 @@ def test_broker_state_code_evaluates_to_kafka_state_codes_for_the_picked_cluster
     tests = [{"expr": expr, "eval_time": f"{minute}m",
               "exp_samples": [{"labels": '{cluster="c1",broker_id="1"}', "value": code}]}
              for minute, code in enumerate((0, 1, 2, 3))]
+    (tmp_path / "empty.yml").write_text("groups: []\n")
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": ["empty.yml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+    }))
+    result = run_promtool(tmp_path, "test", "rules", "test.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_firing_annotation_spans_the_alert_from_firing_to_resolved(tmp_path):
+    """c1's BrokerMetadataLag fires from minute 1 to minute 2 (c2's fires throughout): the
+    fleet's annotation query returns samples, which Grafana joins into one region, exactly
+    while c1's fires when only c1 is picked."""
+    fleet = build_all()["epochwatch-fleet"]
+    [annotation] = fleet["annotations"]["list"]
+    labels = 'alertname="BrokerMetadataLag",severity="critical"'
+    series = [{"series": f'epochwatch_alerts_firing{{cluster="c1",{labels}}}', "values": "0 1 1 0 0"},
+              {"series": f'epochwatch_alerts_firing{{cluster="c2",{labels}}}', "values": "1 1 1 1 1"}]
+    expr = grafana_interpolate(annotation["target"]["expr"], cluster="c1")
+    firing = [{"labels": f'{{cluster="c1",{labels}}}', "value": 1}]
+    tests = [{"expr": expr, "eval_time": f"{minute}m", "exp_samples": firing if minute in (1, 2) else []}
+             for minute in range(5)]
     (tmp_path / "empty.yml").write_text("groups: []\n")
     (tmp_path / "test.yml").write_text(yaml.safe_dump({
         "rule_files": ["empty.yml"], "evaluation_interval": "1m",
