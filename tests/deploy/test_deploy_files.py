@@ -11,7 +11,9 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from xml.etree import ElementTree
 
+import pyspark
 import pytest
 import yaml
 
@@ -26,6 +28,9 @@ DOCKERFILE = DEPLOY / "container" / "Dockerfile"
 MANIFEST = DEPLOY / "kubernetes" / "sparkapplication.yaml"
 METRICS_PORT = config.SinkSettings().metrics_port
 SCRIPTS = [SUBMIT, DEPLOY / "container" / "spark-entrypoint.sh", DEPLOY / "local" / "dev"]
+# The containers the Spark operator names in the pod templates it hands to spark-submit
+# (spark.kubernetes.{driver,executor}.podTemplateContainerName).
+SPARK_CONTAINERS = {"driver": "spark-kubernetes-driver", "executor": "spark-kubernetes-executor"}
 
 
 def test_every_yaml_file_in_deploy_parses():
@@ -72,7 +77,7 @@ def test_sparkapplication_uses_the_codes_state_store_and_port():
     assert conf["spark.python.daemon.module"] == DEFAULTS["spark.python.daemon.module"]
     for role in ("driver", "executor"):
         assert conf[f"spark.{role}.extraJavaOptions"] == DEFAULTS[f"spark.{role}.extraJavaOptions"]
-    assert [p["containerPort"] for p in spec["driver"]["ports"]] == [METRICS_PORT]
+    assert [p["containerPort"] for p in container(spec, "driver")["ports"]] == [METRICS_PORT]
     service = objects["Service"]
     assert service["spec"]["selector"]["spark-role"] == "driver"
     app_name = objects["SparkApplication"]["metadata"]["name"]
@@ -91,8 +96,18 @@ def test_sparkapplication_runs_the_driver_file_shipped_in_the_image():
     assert f'IMAGE_DRIVER_FILE="{spec["mainApplicationFile"]}"' in SUBMIT.read_text()
 
 
+def container(spec: dict, role: str) -> dict:
+    """The Spark container of the role's pod template (the name the operator gives Spark)."""
+    [spark] = [c for c in spec[role]["template"]["spec"]["containers"] if c["name"] == SPARK_CONTAINERS[role]]
+    return spark
+
+
+def pod_volumes(spec: dict, role: str) -> dict[str, dict]:
+    return {v["name"]: v for v in spec[role]["template"]["spec"].get("volumes", [])}
+
+
 def _mounts(spec: dict, role: str) -> dict[str, str]:
-    return {m["name"]: m["mountPath"] for m in spec[role].get("volumeMounts", [])}
+    return {m["name"]: m["mountPath"] for m in container(spec, role).get("volumeMounts", [])}
 
 
 def test_configmap_config_loads_with_the_secrets_as_environment(monkeypatch, tmp_path):
@@ -103,7 +118,7 @@ def test_configmap_config_loads_with_the_secrets_as_environment(monkeypatch, tmp
     refs = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)\}", text))
     assert refs and refs <= set(secret["stringData"]), "every ${NAME} of the config comes from the Secret"
     for role in ("driver", "executor"):
-        assert {"secretRef": {"name": secret["metadata"]["name"]}} in spec[role]["envFrom"], role
+        assert {"secretRef": {"name": secret["metadata"]["name"]}} in container(spec, role)["envFrom"], role
     for name in refs:
         monkeypatch.setenv(name, "from-the-secret")
     path = tmp_path / "epochwatch.yaml"
@@ -114,7 +129,7 @@ def test_configmap_config_loads_with_the_secrets_as_environment(monkeypatch, tmp
     assert settings.kafka.client["sasl.password"] == "from-the-secret"
     assert (settings.sinks.metrics_port, settings.sinks.metrics_address) == (METRICS_PORT, "0.0.0.0")
     # the config file is where the ConfigMap is mounted on the driver
-    volumes = {v["name"]: v for v in spec["volumes"]}
+    volumes = pod_volumes(spec, "driver")
     config_volume = next(n for n, v in volumes.items() if v.get("configMap", {}).get("name")
                          == objects["ConfigMap"]["metadata"]["name"])
     assert args[args.index("--config") + 1] == f"{_mounts(spec, 'driver')[config_volume]}/epochwatch.yaml"
@@ -126,12 +141,108 @@ def test_checkpoint_is_on_the_claim_mounted_by_driver_and_executors_with_s3_show
     args = spec["arguments"]
     checkpoint = next(a.split("=", 1)[1] for a in args if a.startswith("checkpoint_location="))
     claim = objects["PersistentVolumeClaim"]
-    volume = next(v["name"] for v in spec["volumes"]
-                  if v.get("persistentVolumeClaim", {}).get("claimName") == claim["metadata"]["name"])
     assert "ReadWriteMany" in claim["spec"]["accessModes"]
     for role in ("driver", "executor"):
+        volume = next(n for n, v in pod_volumes(spec, role).items()
+                      if v.get("persistentVolumeClaim", {}).get("claimName") == claim["metadata"]["name"])
         assert checkpoint.startswith(f"file://{_mounts(spec, role)[volume]}/"), role
     assert re.search(r"#\s*- checkpoint_location=s3a://", MANIFEST.read_text())
+
+
+# What the operator's mutating webhook adds to a pod, and the operator itself never does
+# (kubeflow/spark-operator internal/webhook/sparkpod_defaulter.go, mutateSparkPod). Without the
+# webhook such fields are ignored in silence; in the pod templates Spark applies them itself.
+WEBHOOK_ONLY_POD_FIELDS = {
+    "env", "envFrom", "configMaps", "secrets", "volumeMounts", "ports", "hostNetwork", "hostAliases",
+    "initContainers", "sidecars", "dnsConfig", "priorityClassName", "schedulerName", "nodeSelector", "affinity",
+    "tolerations", "memoryLimit", "gpu", "securityContext", "podSecurityContext", "terminationGracePeriodSeconds",
+    "lifecycle", "shareProcessNamespace",
+}
+WEBHOOK_ONLY_APP_FIELDS = {"sparkConfigMap", "hadoopConfigMap", "monitoring"}
+
+
+def test_sparkapplication_works_without_the_operators_mutating_webhook():
+    """Pod templates (operator 2.1+, Spark 3.0+) carry what only the webhook could add otherwise;
+    the operator then does not mark the pods for the webhook at all."""
+    spec = manifest()["SparkApplication"]["spec"]
+    assert tuple(int(x) for x in spec["sparkVersion"].split(".")) >= (3, 0, 0), "templates need Spark 3.0+"
+    assert not WEBHOOK_ONLY_APP_FIELDS & set(spec)
+    assert all(v["name"].startswith("spark-local-dir-") for v in spec.get("volumes", [])), \
+        "spec.volumes other than Spark's local dirs are mounted by the webhook only"
+    for role in ("driver", "executor"):
+        assert not WEBHOOK_ONLY_POD_FIELDS & set(spec[role]), f"{role}: {WEBHOOK_ONLY_POD_FIELDS & set(spec[role])}"
+        template = spec[role]["template"]["spec"]
+        assert [c["name"] for c in template["containers"]] == [SPARK_CONTAINERS[role]], role
+        mounted = {m["name"] for m in container(spec, role).get("volumeMounts", [])}
+        assert mounted and mounted <= set(pod_volumes(spec, role)), f"{role}: mounts a volume its pod lacks"
+    text = MANIFEST.read_text()
+    assert "mutating webhook" in text.lower() and "mutating webhook" in (MANIFEST.parent / "README.md").read_text()
+
+
+def image_user() -> tuple[int, int]:
+    """(uid, gid) of the user the Dockerfile creates and runs the spark target as."""
+    useradd = next(r for r in ops(stage("runtime"), "RUN") if "useradd" in r)
+    uid, gid = re.search(r"--uid (\d+)", useradd)[1], re.search(r"--gid (\d+)", useradd)[1]
+    assert ops(stage("spark"), "USER") == [uid]
+    return int(uid), int(gid)
+
+
+def test_pods_run_as_the_image_user_and_own_the_checkpoint_volume_through_fsgroup():
+    """A fresh volume is root's: fsGroup makes Kubernetes hand it to the pods' group, so that the
+    non-root image user can write the checkpoint (and read projected tokens)."""
+    spec = manifest()["SparkApplication"]["spec"]
+    uid, _gid = image_user()
+    for role in ("driver", "executor"):
+        pod = spec[role]["template"]["spec"]["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] == uid, role
+        assert pod["fsGroup"] == pod["runAsGroup"] and pod["fsGroup"] > 0, role
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, role
+        spark = container(spec, role)["securityContext"]
+        assert spark["allowPrivilegeEscalation"] is False and spark["capabilities"] == {"drop": ["ALL"]}, role
+        assert "checkpoint" in _mounts(spec, role), role
+
+
+def test_state_partitions_have_one_source_of_truth(monkeypatch, tmp_path):
+    """spark.sql.shuffle.partitions is set in sparkConf alone, to executors x cores (one state
+    partition per core, docs/operations.md Sizing); the config's spark: section would override
+    it when the session starts, so the ConfigMap sets none; client shards are at least 4 per
+    state partition."""
+    objects = manifest()
+    spec = objects["SparkApplication"]["spec"]
+    partitions = int(spec["sparkConf"]["spark.sql.shuffle.partitions"])
+    assert partitions == spec["executor"]["instances"] * spec["executor"]["cores"]
+    text = objects["ConfigMap"]["data"]["epochwatch.yaml"]
+    for name in re.findall(r"\$\{([A-Z_][A-Z0-9_]*)\}", text):
+        monkeypatch.setenv(name, "x")
+    (tmp_path / "epochwatch.yaml").write_text(text)
+    settings = config.load(tmp_path / "epochwatch.yaml")
+    assert "spark.sql.shuffle.partitions" not in settings.spark, "a second value, which would win at start-up"
+    assert settings.rules.client_shards >= 4 * partitions
+    assert "spark.sql.shuffle.partitions" not in str(spec["driver"]) + str(spec["executor"])
+
+
+def test_object_storage_credentials_come_from_the_pods_identity():
+    """S3 through the AWS SDK's default chain (IRSA's web identity token, EKS Pod Identity, ...):
+    no keys in the manifest, the same service account on driver and executors (both write the
+    checkpoint), and the jars in the image instead of fetched at start (spark.jars.packages)."""
+    objects = manifest()
+    spec = objects["SparkApplication"]["spec"]
+    assert spec["sparkConf"]["spark.hadoop.fs.s3a.aws.credentials.provider"] == \
+        "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
+    text = MANIFEST.read_text()
+    for leak in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "fs.s3a.access.key", "fs.s3a.secret.key",
+                 "spark.jars.packages", "spark.jars.ivy"):
+        assert leak not in text, leak
+    account = objects["ServiceAccount"]["metadata"]["name"]
+    assert spec["driver"]["serviceAccount"] == spec["executor"]["serviceAccount"] == account
+    assert re.search(r"#\s*eks\.amazonaws\.com/role-arn: arn:aws:iam::\d+:role/", text), "IRSA shown"
+    binding = objects["RoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": objects["Role"]["metadata"]["name"]}
+    assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [("ServiceAccount", account)]
+    [rule] = objects["Role"]["rules"]
+    assert {"pods", "services", "configmaps"} <= set(rule["resources"])
+    assert {"create", "get", "list", "watch", "delete"} <= set(rule["verbs"]), "what the driver does to executors"
 
 
 def test_commented_servicemonitor_alternative_is_valid_yaml_for_the_meta_alert_job():
@@ -179,15 +290,29 @@ def ops(stage: dict, instruction: str) -> list[str]:
     return [args for op, args in stage["ops"] if op == instruction]
 
 
+def stage(name: str) -> dict:
+    return next(s for s in dockerfile_stages() if s["name"] == name)
+
+
 def image_copies() -> dict[str, str]:
     """Destination in the image -> repository path, for the single-file COPYs of every stage."""
     pairs = [args.split() for stage in dockerfile_stages() for args in ops(stage, "COPY")]
     return {words[1]: words[0] for words in pairs if len(words) == 2}
 
 
+def copies_from_stages(stage_: dict) -> list[tuple[str, str, str]]:
+    """(stage, source in it, destination) of the stage's COPY --from=... instructions."""
+    found = []
+    for args in ops(stage_, "COPY"):
+        words = args.split()
+        if words[0].startswith("--from="):
+            found.append((words[0].removeprefix("--from="), words[1], words[2]))
+    return found
+
+
 def test_dockerfile_default_target_runs_epochwatch_as_non_root():
     stages = dockerfile_stages()
-    base, final = stages[0], stages[-1]
+    base, final = stage("runtime"), stages[-1]
     assert re.fullmatch(r"python:3\.11-slim(-bookworm)?", base["from"])
     assert any("openjdk-17-jre-headless" in run for run in ops(base, "RUN"))
     assert any(re.search(r"\bpip install \.(\s|$)", run) for run in ops(base, "RUN"))
@@ -211,8 +336,10 @@ def test_dockerfile_spark_target_answers_spark_pod_commands():
 
 
 def test_every_copied_path_exists_in_the_repository():
-    for stage in dockerfile_stages():
-        for args in ops(stage, "COPY"):
+    for stage_ in dockerfile_stages():
+        for args in ops(stage_, "COPY"):
+            if args.startswith("--from="):
+                continue  # from an earlier stage, not from the repository
             *sources, _dest = args.split()
             for src in sources:
                 assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
@@ -221,7 +348,7 @@ def test_every_copied_path_exists_in_the_repository():
 def test_container_config_loads_and_names_the_missing_bootstrap_variable(monkeypatch):
     stages = dockerfile_stages()
     image_config = ROOT / image_copies()["/etc/epochwatch/epochwatch.yaml"]
-    env_defaults = " ".join(ops(stages[0], "ENV"))
+    env_defaults = " ".join(ops(stage("runtime"), "ENV"))
     assert 'EPOCHWATCH_ALERTMANAGER_URL=""' in env_defaults
     monkeypatch.setenv("EPOCHWATCH_ALERTMANAGER_URL", "")
     monkeypatch.delenv("EPOCHWATCH_BOOTSTRAP_SERVERS", raising=False)
@@ -232,8 +359,50 @@ def test_container_config_loads_and_names_the_missing_bootstrap_variable(monkeyp
     settings = config.load(image_config)
     assert settings.kafka.bootstrap_servers == "kafka:9092" and settings.sinks.alertmanager_url in ("", None)
     assert (settings.sinks.metrics_port, settings.sinks.metrics_address) == (METRICS_PORT, "0.0.0.0")
-    volumes = [v for stage in stages for v in ops(stage, "VOLUME")]
+    volumes = [v for stage_ in stages for v in ops(stage_, "VOLUME")]
     assert any(settings.checkpoint_location.startswith(json.loads(v)[0]) for v in volumes)
+
+
+POM = DEPLOY / "container" / "pom.xml"
+MAVEN = "{http://maven.apache.org/POM/4.0.0}"
+
+
+def pom_dependencies() -> dict[str, str]:
+    """group:artifact -> version of deploy/container/pom.xml, each checked to exclude its own
+    transitive dependencies (the image gets exactly what is listed)."""
+    root = ElementTree.parse(POM).getroot()
+    found = {}
+    for dep in root.iter(f"{MAVEN}dependency"):
+        name = f"{dep.findtext(f'{MAVEN}groupId')}:{dep.findtext(f'{MAVEN}artifactId')}"
+        exclusions = [(e.findtext(f"{MAVEN}groupId"), e.findtext(f"{MAVEN}artifactId"))
+                      for e in dep.iter(f"{MAVEN}exclusion")]
+        assert exclusions == [("*", "*")], f"{name} would bring unlisted jars"
+        found[name] = dep.findtext(f"{MAVEN}version")
+    return found
+
+
+def test_object_storage_jars_are_pinned_and_match_sparks_hadoop():
+    deps = pom_dependencies()
+    assert set(deps) == {"org.apache.hadoop:hadoop-aws", "software.amazon.awssdk:bundle",
+                         "software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3",
+                         "org.wildfly.openssl:wildfly-openssl"}
+    for name, version in deps.items():
+        assert re.fullmatch(r"\d+(\.\d+)+(\.Final)?", version or ""), f"{name}: {version!r} is not a pinned version"
+    # hadoop-aws is built against one Hadoop: the client jars PySpark ships
+    [client] = (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")
+    assert deps["org.apache.hadoop:hadoop-aws"] == client.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def test_image_bakes_the_object_storage_jars_into_sparks_jars_folder():
+    jars = stage("object-storage-jars")
+    assert image_copies()["/build/pom.xml"] == str(POM.relative_to(ROOT))
+    [resolve] = [r for r in ops(jars, "RUN") if r.startswith("mvn ")]
+    assert "-f /build/pom.xml" in resolve and "dependency:copy-dependencies" in resolve
+    output = re.search(r"-DoutputDirectory=(\S+)", resolve)[1]
+    runtime = stage("runtime")
+    spark_home = re.search(r"SPARK_HOME=(\S+)", " ".join(ops(runtime, "ENV")))[1]
+    assert copies_from_stages(runtime) == [("object-storage-jars", f"{output}/", "$SPARK_HOME/jars/")]
+    assert spark_home.endswith("/site-packages/pyspark"), "Spark's jars folder is the pyspark package's"
 
 
 # --- scripts ----------------------------------------------------------------------------------
