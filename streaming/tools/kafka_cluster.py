@@ -127,16 +127,20 @@ class KafkaCluster:
 
     def __init__(self, workdir: Path | str, controllers: int = 1, brokers: int = 3,
                  broker_overrides: dict[str, object] | None = None, heap: str = "256m",
-                 sasl_users: dict[str, str] | None = None, client_relays: bool = False):
+                 sasl_users: dict[str, str] | None = None, client_relays: bool = False,
+                 controller_overrides: dict[str, object] | None = None):
         """sasl_users (user -> password): every broker also listens with SASL_PLAINTEXT and the
         PLAIN mechanism (sasl_bootstrap_servers), next to its plaintext listener.
         client_relays: every broker is advertised at a relay in front of its plaintext listener,
-        so that a test can make its port stop completing connections (silence_client_port)."""
+        so that a test can make its port stop completing connections (silence_client_port).
+        broker_overrides / controller_overrides: server.properties entries added to every broker /
+        controller (an authorizer needs both: brokers forward ACL changes to the controllers)."""
         if not 1 <= controllers <= len(CONTROLLER_IDS) or brokers < 1:
             raise ValueError(f"1..3 controllers and at least one broker, not {controllers} and {brokers}")
         self.workdir = Path(workdir)
         self.heap = heap
         self.broker_overrides = dict(broker_overrides or {})
+        self.controller_overrides = dict(controller_overrides or {})
         self.sasl_users = dict(sasl_users or {})
         self.client_relays = client_relays
         self.controller_ids = list(CONTROLLER_IDS[:controllers])

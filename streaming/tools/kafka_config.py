@@ -40,6 +40,7 @@ def node_properties(cluster: KafkaCluster, node: KafkaNode) -> dict[str, object]
                                    *(f"{n}://{LOOPBACK}:{p}" for n, p in links.items())]),
             "advertised.listeners": ",".join([f"CONTROLLER://{node.address}",
                                               *(f"{n}://{LOOPBACK}:{p}" for n, p in at_relays.items())]),
+            **cluster.controller_overrides,
         })
     else:
         relays = cluster.node(node.node_id).relays  # a duplicate's are the original's
