@@ -4,6 +4,12 @@ heartbeat (an old incarnation, STALE_BROKER_EPOCH) per second for a different br
 and measure wall-clock time from producing it to the BrokerIncarnationRegression record reaching
 the job's sinks. Processing-time mode, as `epochwatch run` runs.
 
+Silence, which only the job's timers can see: in the steady period a broker of the fleet stops
+heartbeating every 15 s (its other events go on), and a second, small cluster goes quiet
+altogether half-way through. Reported: how long after it was due each BrokerHeartbeatTimeout
+(last heartbeat + controller.heartbeat.timeout.ms + heartbeat.timeout.pending.ms) and the
+ClusterSilent (last heartbeat + controller.heartbeat.timeout.ms) reached the sinks.
+
 Reported in two parts: the first ``--warmup`` seconds after the job's first batches (the JVM is
 still compiling Spark's code then: JIT threads took ~40% of a core 30-50 s after the start, ~13%
 at 80-100 s), and the ``--seconds`` after that, the steady state a long-running job is in.
@@ -46,6 +52,7 @@ def main(argv=None) -> int:
     from streaming.tools.simulate.writers import KafkaEventWriter
 
     emitted: dict[str, float] = {}
+    silence_seen: dict[str, float] = {}  # "broker-<id>" / "cluster" -> when its alert reached the sinks
     batches: list[float] = []
 
     class LatencySink:
@@ -55,6 +62,10 @@ def main(argv=None) -> int:
             for a in batch.alerts:
                 if a["alertname"] == "BrokerIncarnationRegression" and a["status"] == "firing":
                     emitted.setdefault(a["labels"]["broker_id"], now)
+                elif a["alertname"] == "BrokerHeartbeatTimeout" and a["status"] == "firing" and a["cluster_id"] == "fleet":
+                    silence_seen.setdefault(f"broker-{a['labels']['broker_id']}", now)
+                elif a["alertname"] == "ClusterSilent" and a["status"] == "firing" and a["cluster_id"] == QUIET:
+                    silence_seen.setdefault("cluster", now)
 
         def close(self):
             pass
@@ -73,17 +84,37 @@ def main(argv=None) -> int:
                              settings=config.RuleSettings(metadata_max_age_ms=max(1000, int(100_000 / max(1, args.rate - 2000) * 1000))),
                              duration_ms=24 * 3600 * 1000)
         injected: dict[str, float] = {}
+        # "broker-<id>" / "cluster" -> wall time of the last heartbeat sent before it went quiet
+        last_heartbeat: dict[str, float] = {}
+        silenced: set[int] = set()
         stop = threading.Event()
         warm = threading.Event()
+        steady = threading.Event()
 
         def produce():
             tick, sent, started = 0.05, 0, time.time()
             victims = itertools.count(1)
-            next_zombie = None
+            quiet_victims = itertools.count(SILENT_BROKERS_FROM)
+            next_zombie = next_silence = cluster_quiet_at = None
+            next_quiet_beat = 0.0
             while not stop.is_set():
                 due = int((time.time() - started) * args.rate) - sent
                 now_ms = int(time.time() * 1000)
-                batch = [dict(ev, event_time=now_ms) for ev in itertools.islice(fleet, max(0, due))]
+                batch = [dict(ev, event_time=now_ms) for ev in itertools.islice(fleet, max(0, due))
+                         if not (ev["event_type"] == "broker_heartbeat" and ev["broker_id"] in silenced)]
+                for ev in batch:
+                    if ev["event_type"] == "broker_heartbeat" and ev["broker_id"] >= SILENT_BROKERS_FROM:
+                        last_heartbeat[f"broker-{ev['broker_id']}"] = time.time()
+                if steady.is_set():
+                    next_silence = next_silence or time.time()
+                    cluster_quiet_at = cluster_quiet_at or time.time() + args.seconds / 2
+                    if time.time() >= next_silence:
+                        silenced.add(next(quiet_victims))
+                        next_silence += SILENCE_EVERY_S
+                if (cluster_quiet_at is None or time.time() < cluster_quiet_at) and time.time() >= next_quiet_beat:
+                    batch += quiet_cluster_heartbeats(now_ms)
+                    last_heartbeat["cluster"] = time.time()
+                    next_quiet_beat = time.time() + 2.0
                 if warm.is_set():
                     next_zombie = next_zombie or time.time()
                     if time.time() >= next_zombie:
@@ -108,7 +139,9 @@ def main(argv=None) -> int:
             time.sleep(0.5)
         warm.set()
         steady_from = time.time() + args.warmup
-        time.sleep(args.warmup + args.seconds)
+        time.sleep(args.warmup)
+        steady.set()
+        time.sleep(args.seconds)
         stop.set()
         producer.join()
         writer.close()
@@ -124,7 +157,35 @@ def main(argv=None) -> int:
                                (f"steady, next {args.seconds} s", steady_from, float("inf"))):
         report(phase, {b: t for b, t in injected.items() if first <= t < last}, emitted,
                [p for p in progress if p["numInputRows"] and first <= _started(p) < last])
+    rules = settings.rules
+    broker_due = {k: t + (rules.controller_heartbeat_timeout_ms + rules.heartbeat_timeout_pending_ms) / 1000
+                  for k, t in last_heartbeat.items() if k.startswith("broker-") and int(k[7:]) in silenced}
+    cluster_due = {"cluster": last_heartbeat["cluster"] + rules.controller_heartbeat_timeout_ms / 1000}
+    report_silence("brokers silenced (BrokerHeartbeatTimeout after timeout + pending)", broker_due, silence_seen)
+    report_silence(f"cluster {QUIET} quiet (ClusterSilent after timeout)", cluster_due, silence_seen)
     return 0
+
+
+QUIET = "quiet"                # the small cluster that goes quiet altogether
+SILENT_BROKERS_FROM = 901      # the fleet's brokers silenced one by one, from this id
+SILENCE_EVERY_S = 15.0
+
+
+def quiet_cluster_heartbeats(now_ms: int) -> list[dict]:
+    """One round of heartbeats of the small cluster's three brokers (every 2 s, as Kafka's default)."""
+    return [{"event_type": "broker_heartbeat", "event_id": f"{QUIET}-{b}-{now_ms}", "cluster_id": QUIET,
+             "event_time": now_ms, "controller_id": 3000, "controller_epoch": 1, "broker_id": b, "incarnation_id": 1,
+             "target_state": "ACTIVE"} for b in (1, 2, 3)]
+
+
+def report_silence(what: str, due: dict[str, float], seen: dict[str, float]) -> None:
+    """How long after it was due each silence's alert reached the sinks (negative: early)."""
+    late = sorted(seen[k] - t for k, t in due.items() if k in seen)
+    missing = sorted(k for k in due if k not in seen)
+    print(f"\n{what}: {len(due)} silences, detected {len(late)}" + (f", missing {', '.join(missing)}" if missing else ""))
+    if late:
+        print(f"  detected after due: min {late[0]:.2f} s, median {late[len(late) // 2]:.2f} s, max {late[-1]:.2f} s"
+              f" ({', '.join(f'{v:.2f}' for v in late)})")
 
 
 def report(phase: str, injected: dict, emitted: dict, rows: list[dict]) -> None:

@@ -1,12 +1,13 @@
 """``epochwatch topics``: the topics and ACLs a deployment needs, as Kafka's own commands, or the
-topics created through the Admin API (``--create``). What and why: streaming.topics."""
+topics created through the Admin API (``--create``). What and why: streaming.tools.topics."""
 
 from __future__ import annotations
 
 import shlex
 import sys
 
-from streaming import config, topics
+from streaming import config
+from streaming.tools import topics
 
 
 def register(sub) -> None:

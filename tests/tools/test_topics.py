@@ -1,4 +1,4 @@
-"""streaming.topics: the topics and ACLs of a deployment, and how they are spelt for Kafka's tools.
+"""streaming.tools.topics: the topics and ACLs of a deployment, and how they are spelt for Kafka's tools.
 tests/integration/kafka/test_topics_command.py runs the printed commands with Kafka's own tools."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from streaming import config
 from streaming.commands import main
-from streaming.topics import (
+from streaming.tools.topics import (
     AclSpec,
     acl_plan,
     default_principal,
