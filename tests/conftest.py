@@ -13,7 +13,8 @@ import pytest
 from streaming.tools.embedded import create_topics
 from streaming.tools.kafka_cluster import KafkaCluster
 
-pytest_plugins = ["tests.support.kafka"]  # kafka_cluster, kafka_cluster_factory
+# kafka_cluster, kafka_cluster_factory; schema_registry, schema_registry_factory
+pytest_plugins = ["tests.support.kafka", "tests.support.schema_registry"]
 
 
 @pytest.fixture(scope="session")

@@ -2,28 +2,21 @@
 binary) or schemaless (bare Avro binary, event type in the ``event_type`` Kafka header).
 
 Schema ids come from a :class:`SchemaCatalog`: the built-in one (fixed ids shipped in
-``streaming/schemas/ids.json``) or a Schema Registry (subjects named
-``<topic>-<record full name>``, Confluent's TopicRecordNameStrategy, so one topic can carry
-every event type).
+``streaming/schemas/ids.json``) or a Schema Registry (udfs.registry_catalog).
 """
 
 from __future__ import annotations
 
 import io
 import json
-import logging
 import re
 import struct
-import time
 from functools import cache
 from importlib import resources
 
 import fastavro
 
 from streaming import events
-from udfs.redact import redact
-
-_log = logging.getLogger("epochwatch.avro_codec")
 
 MAGIC_BYTE = 0
 HEADER = struct.Struct(">bI")
@@ -63,81 +56,6 @@ class BuiltinCatalog(SchemaCatalog):
             return self._types[schema_id]
         except KeyError:
             raise DecodeError("unknown_schema_id", f"schema id {schema_id} is not in the built-in catalog") from None
-
-
-class RegistryUnavailable(RuntimeError):
-    """The Schema Registry did not answer within the longest wait allowed."""
-
-
-class RegistryCatalog(SchemaCatalog):
-    """Schema Registry backed catalog (confluent_kafka.schema_registry).
-
-    Writers register each event schema under ``<topic>-<record full name>``; readers look
-    ids up and recognise the record by its full name (only the epochwatch v1 records are
-    accepted; any other schema is a decode error, sent to the dead-letter topic).
-
-    Only the registry's "no such id" (HTTP 404) is the record's fault. A registry that times out,
-    is unreachable or answers 5xx says nothing about the record: the lookup is retried with
-    backoff (first ``first_wait_s``, doubling up to LONGEST_PAUSE_S, a WARNING every WARN_EVERY_S), for
-    ``max_wait_s`` at most (None: as long as it takes, as for an unreachable broker), never
-    turned into a dead letter: the record is valid, and the dead letters would lose it.
-    """
-
-    LONGEST_PAUSE_S = 5.0
-    WARN_EVERY_S = 30.0
-
-    def __init__(self, url: str, topic: str, conf: dict | None = None, *, first_wait_s: float = 0.1,
-                 max_wait_s: float | None = None, sleep=time.sleep):
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
-        self._client = SchemaRegistryClient({"url": url, **(conf or {})})
-        self._topic = topic
-        self._ids: dict[str, int] = {}
-        self._types: dict[int, str] = {}
-        self._first_wait_s, self._max_wait_s, self._sleep = first_wait_s, max_wait_s, sleep
-
-    def __repr__(self) -> str:  # the client holds the URL, credentials and all
-        return f"RegistryCatalog(topic={self._topic!r})"
-
-    def id_for(self, event_type: str) -> int:
-        if event_type not in self._ids:
-            from confluent_kafka.schema_registry import Schema
-
-            raw = events.raw_schema(event_type)
-            subject = f"{self._topic}-{raw['namespace']}.{raw['name']}"
-            self._ids[event_type] = self._client.register_schema(subject, Schema(json.dumps(raw), "AVRO"))
-        return self._ids[event_type]
-
-    def event_type_for(self, schema_id: int) -> str:
-        if schema_id not in self._types:
-            schema = self._schema(schema_id)
-            doc = json.loads(schema.schema_str)
-            full = f"{doc.get('namespace', '')}.{doc.get('name', '')}"
-            if doc.get("namespace") != events.NAMESPACE or events.event_type_of_record(full) not in events.EVENT_TYPES:
-                raise DecodeError("unknown_event_type", f"schema id {schema_id} is {full}, not an epochwatch event")
-            self._types[schema_id] = events.event_type_of_record(full)
-        return self._types[schema_id]
-
-
-    def _schema(self, schema_id: int):
-        waited, wait, warned = 0.0, self._first_wait_s, None
-        while True:
-            try:
-                return self._client.get_schema(schema_id)
-            except Exception as exc:
-                if getattr(exc, "http_status_code", None) == 404:  # the registry has no such id
-                    raise DecodeError("unknown_schema_id", f"schema id {schema_id}: {redact(exc)}") from None
-                why = f"{type(exc).__name__}: {redact(exc)}"[:300]
-            if self._max_wait_s is not None and waited >= self._max_wait_s:
-                raise RegistryUnavailable(f"the Schema Registry did not give schema id {schema_id} within "
-                                          f"{self._max_wait_s:.0f} s ({why})")
-            if warned is None or waited - warned >= self.WARN_EVERY_S:
-                _log.warning("Schema Registry: no answer for schema id %d for %.1f s (%s); retrying, the records "
-                             "wait", schema_id, waited, why)
-                warned = waited
-            self._sleep(wait)
-            waited += wait
-            wait = min(2 * wait, self.LONGEST_PAUSE_S)
 
 
 @cache

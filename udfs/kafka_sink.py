@@ -177,7 +177,7 @@ def write_batches(options: SinkOptions, batches: Iterator) -> SinkCommitMessage:
 def _catalog(options: SinkOptions, topic: str | None):
     if not options.registry_url:
         return None
-    from udfs.avro_codec import RegistryCatalog
+    from udfs.registry_catalog import RegistryCatalog
 
     return RegistryCatalog(options.registry_url, topic or "", dict(options.registry_client))
 

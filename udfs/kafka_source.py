@@ -301,7 +301,7 @@ def _decoder(options: SourceOptions, topic: str):
 
     if options.decode == "avro":
         catalog = _registry_catalog(options.registry_url, tuple(sorted(options.registry_client.items())),
-                                    topic) if options.registry_url else None
+                                    topic, options.retry_policy) if options.registry_url else None
         return record_batches.confluent_decoder(catalog)
     return record_batches.schemaless_decoder()
 
@@ -314,10 +314,11 @@ def _log_dead_letters(counts: Counter, span: OffsetRange, topic: str) -> None:
 
 
 @cache
-def _registry_catalog(url: str, settings: tuple, topic: str):
-    from udfs.avro_codec import RegistryCatalog
+def _registry_catalog(url: str, settings: tuple, topic: str, retry):
+    """One per executor process and topic: the registry waits as the broker does (``retry``)."""
+    from udfs.registry_catalog import RegistryCatalog
 
-    return RegistryCatalog(url, topic, dict(settings))
+    return RegistryCatalog(url, topic, dict(settings), retry=retry)
 
 
 def _dead_letter_publisher(options: SourceOptions):

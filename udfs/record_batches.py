@@ -20,6 +20,7 @@ from streaming import events
 from udfs import avro_codec, event_columns
 from udfs.avro_codec import DecodeError
 from udfs.dead_letters import DeadLetter
+from udfs.registry_catalog import RegistryError
 
 # confluent-kafka timestamp types -> Spark's Kafka timestampType (0 CreateTime, 1 LogAppendTime)
 _TIMESTAMP_TYPES = {1: 0, 2: 1}
@@ -104,6 +105,8 @@ def confluent_decoder(catalog: avro_codec.SchemaCatalog | None = None) -> Decode
                         continue
             try:
                 rows.append(_slow_decode(value, catalog, schemas, schema_for))
+            except RegistryError:
+                raise   # the registry's fault, not the record's: the task fails and reads it again
             except Exception as exc:
                 rows.append(None)
                 failures.append(_failure(index, exc))
