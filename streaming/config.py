@@ -74,6 +74,12 @@ class KafkaSettings:
     broker_max_wait_ms: int | None = field(default=None, metadata=_source_option("brokerUnavailable.maxWaitMs"))
     # librdkafka settings passed through as-is (security.protocol, sasl.*, ssl.*, ...)
     client: Mapping[str, str] = field(default_factory=dict, metadata=_alias("client"))
+    # The Schema Registry's clients (the source, the alerts sink, the alert history read), in
+    # confluent_kafka's names: basic auth as USER:PASSWORD (give it as ${VAR}: never in the file),
+    # and the CA that signed the registry's TLS certificate (unset: the system's CAs)
+    schema_registry_credentials: str | None = field(default=None,
+                                                    metadata=_alias("schema.registry.basic.auth.user.info"))
+    schema_registry_ca_location: str | None = field(default=None, metadata=_alias("schema.registry.ssl.ca.location"))
 
     def __post_init__(self):
         for f in fields(self):
@@ -97,6 +103,21 @@ class KafkaSettings:
         return RetryPolicy(retry_interval_ms=self.retry_interval_ms or default.retry_interval_ms,
                            attempt_timeout_ms=self.request_timeout_ms or default.attempt_timeout_ms,
                            max_wait_ms=self.broker_max_wait_ms)
+
+    def registry_conf(self) -> dict[str, str]:
+        """The Schema Registry client's settings besides its URL."""
+        conf = {"basic.auth.user.info": self.schema_registry_credentials,
+                "ssl.ca.location": self.schema_registry_ca_location}
+        return {name: value for name, value in conf.items() if value}
+
+    def registry_catalog(self, topic: str):
+        """Schema ids of ``topic``'s records from the Schema Registry (None without
+        schema.registry.url): it waits for the registry as the job's clients wait for a broker."""
+        if not self.schema_registry_url:
+            return None
+        from udfs.registry_catalog import RegistryCatalog
+
+        return RegistryCatalog(self.schema_registry_url, topic, self.registry_conf(), retry=self.retry_policy())
 
     def source_options(self) -> dict[str, str]:
         """The set ones of the keys that are Kafka source options of the same name."""
@@ -420,6 +441,33 @@ def _problems(settings: Settings) -> Iterator[ConfigError]:
                           "write a number and a unit, e.g. '1 second', '500 milliseconds', '2 minutes'")
     for section, client in (("kafka", k.client), ("collect", c.client if collect_client_read else {})):
         yield from _librdkafka_problems(section, client)
+    yield from _registry_problems(k)
+
+
+def _registry_problems(k: KafkaSettings) -> Iterator[ConfigError]:
+    """What the Schema Registry client would refuse later (values of secrets never quoted)."""
+    url, credentials, ca = k.schema_registry_url, k.schema_registry_credentials, k.schema_registry_ca_location
+    if not url:
+        for key, value in (("basic.auth.user.info", credentials), ("ssl.ca.location", ca)):
+            if value:
+                yield ConfigError(f"kafka.schema.registry.{key}", "is set but kafka.schema.registry.url is not",
+                                  "set kafka.schema.registry.url, or leave this out")
+        return
+    if not url.startswith(("http://", "https://")):
+        yield ConfigError("kafka.schema.registry.url", f"{redact(url)!r} is not an http(s) URL",
+                          "e.g. https://registry:8081")
+    if k.encoding != "confluent":
+        yield ConfigError("kafka.schema.registry.url", f"only applies with kafka.encoding: confluent (it is {k.encoding})",
+                          "set kafka.encoding: confluent, or leave the registry out")
+    if credentials and ":" not in credentials:
+        yield ConfigError("kafka.schema.registry.basic.auth.user.info", "is not USER:PASSWORD",
+                          "give it as USER:PASSWORD, e.g. ${EPOCHWATCH_REGISTRY_AUTH} with the variable exported")
+    if credentials and redact(url) != url:
+        yield ConfigError("kafka.schema.registry.basic.auth.user.info", "is set and the URL carries credentials too",
+                          "keep one: take the user info out of kafka.schema.registry.url")
+    if ca and not Path(ca).exists():
+        yield ConfigError("kafka.schema.registry.ssl.ca.location", f"{ca} does not exist",
+                          "give the path of the CA certificate (PEM) that signed the registry's certificate")
 
 
 # Rules whose 0 means nothing useful (the pending period and the allowed lateness may be 0: none)

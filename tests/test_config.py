@@ -161,3 +161,45 @@ def test_output_piped_into_head_ends_quietly_and_a_bad_path_is_one_line(tmp_path
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr, missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1 and "config key" not in missing.stderr, missing.stderr
+
+
+# The Schema Registry's clients (kafka.schema.registry.*): what they would refuse later is refused
+# at load, naming the key, and a secret's value is never quoted.
+REGISTRY_URL = {"kafka.schema.registry.url": "https://registry.example:8081"}
+REGISTRY_BAD = [
+    ({**REGISTRY_URL, "kafka.schema.registry.basic.auth.user.info": "${EPOCHWATCH_UNSET_REGISTRY_AUTH}"},
+     "kafka.schema.registry.basic.auth.user.info", "export EPOCHWATCH_UNSET_REGISTRY_AUTH",
+     "1-the credentials come from a variable that is not set"),
+    ({**REGISTRY_URL, "kafka.schema.registry.basic.auth.user.info": "only-a-pw-5e1d"},
+     "kafka.schema.registry.basic.auth.user.info", "USER:PASSWORD", "2-basic auth needs a user and a password"),
+    ({"kafka.schema.registry.url": "https://u:pw-5e1d@registry.example:8081",
+      "kafka.schema.registry.basic.auth.user.info": "a:pw-5e1d"},
+     "kafka.schema.registry.basic.auth.user.info", "keep one", "3-the client refuses credentials given twice"),
+    ({**REGISTRY_URL, "kafka.schema.registry.ssl.ca.location": "/nonexistent/ca.pem"},
+     "kafka.schema.registry.ssl.ca.location", "CA certificate", "4-a CA file that is not there"),
+    ({"kafka.schema.registry.basic.auth.user.info": "a:pw-5e1d"}, "kafka.schema.registry.basic.auth.user.info",
+     "set kafka.schema.registry.url", "5-credentials for no registry say so rather than do nothing"),
+    ({**REGISTRY_URL, "kafka.encoding": "schemaless"}, "kafka.schema.registry.url", "kafka.encoding: confluent",
+     "6-schemaless records carry no schema id: the source refuses the registry then"),
+    ({"kafka.schema.registry.url": "registry:8081"}, "kafka.schema.registry.url", "http(s) URL", "7-no scheme"),
+]
+
+
+@pytest.mark.parametrize("overrides,key,fix,why", REGISTRY_BAD, ids=[b[3] for b in REGISTRY_BAD])
+def test_registry_settings_errors_name_the_key_and_hide_the_secret(overrides, key, fix, why):
+    with pytest.raises(config.ConfigError) as err:
+        config.load(overrides=overrides)
+    assert key in str(err.value) and fix in str(err.value) and "pw-5e1d" not in str(err.value)
+
+
+def test_registry_credentials_come_from_the_environment_and_never_show(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("EPOCHWATCH_TEST_REGISTRY_AUTH", "alerts:registry-pw-5e1d")
+    path = tmp_path / "registry.yaml"
+    path.write_text("kafka:\n  schema:\n    registry:\n      url: https://registry.example:8081\n"
+                    "  schema.registry.basic.auth.user.info: ${EPOCHWATCH_TEST_REGISTRY_AUTH}\n")
+    settings = config.load(path)
+    assert settings.kafka.registry_conf() == {"basic.auth.user.info": "alerts:registry-pw-5e1d"}
+    assert "registry-pw-5e1d" not in repr(settings)
+    assert main(["validate-config", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "kafka.schema.registry.basic.auth.user.info = ***" in out and "registry-pw-5e1d" not in out

@@ -42,19 +42,15 @@ def run(args) -> int:
     except events.EventError as exc:
         raise config.ConfigError("--cluster-id", str(exc), "pass the cluster id the events carry") from None
     from udfs.kafka_sink import DeliveryError, EventProducer
+    from udfs.registry_catalog import RegistryError
 
     k = settings.kafka
-    catalog = None
-    if k.schema_registry_url:
-        from udfs.avro_codec import RegistryCatalog
-
-        catalog = RegistryCatalog(k.schema_registry_url, k.events_topic)
-    producer = EventProducer(k.bootstrap_servers, k.client, catalog=catalog,
+    producer = EventProducer(k.bootstrap_servers, k.client, catalog=k.registry_catalog(k.events_topic),
                              encoding="avro" if k.encoding == "confluent" else "avro-schemaless")
     try:
         producer.send([event], k.events_topic)
         producer.flush()
-    except DeliveryError as exc:
+    except (DeliveryError, RegistryError) as exc:
         print(f"epochwatch: the reset record was not written to {k.events_topic}: {exc}", file=sys.stderr)
         return 1
     print(f"cluster_reset {event['event_id']} for cluster {args.cluster_id!r} written to {k.events_topic} "

@@ -160,11 +160,7 @@ def _produce(args, settings, stream) -> int:
     if not bootstrap:
         raise SimulationError("--bootstrap-servers", "is missing", "pass --bootstrap-servers HOST:PORT")
     encoding = args.encoding or (settings.kafka.encoding if settings else "confluent")
-    catalog = None
-    if settings and settings.kafka.schema_registry_url and encoding == "confluent":
-        from udfs.avro_codec import RegistryCatalog
-
-        catalog = RegistryCatalog(settings.kafka.schema_registry_url, _topic(args, settings))
+    catalog = settings.kafka.registry_catalog(_topic(args, settings)) if settings and encoding == "confluent" else None
     with KafkaEventWriter(bootstrap, _topic(args, settings), encoding=encoding, catalog=catalog,
                           client=settings.kafka.client if settings else None) as writer:
         return writer.write(stream).events

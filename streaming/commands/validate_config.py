@@ -37,7 +37,8 @@ def effective(settings: config.Settings) -> list[str]:
             if name.endswith(".client"):
                 lines += [f"{name}.{k} = {'***' if _secret(k) else redact(str(v))}" for k, v in sorted(value.items())]
             else:
-                lines.append(f"{name} = {'null' if value is None else redact(str(value))}")
+                shown = "null" if value is None else "***" if is_secret(name) else redact(str(value))
+                lines.append(f"{name} = {shown}")
     lines += [f"checkpoint_location = {redact(settings.checkpoint_location)}",
               f"trigger_interval = {settings.trigger_interval}"]
     lines += [f"spark.{k} = {'***' if _secret(k) else redact(str(v))}" for k, v in sorted(settings.spark.items())]

@@ -57,6 +57,8 @@ def _kafka_reader(spark, settings: Settings, starting_offsets: str | None):
               .option("failOnDataLoss", k.fail_on_data_loss))
     if k.schema_registry_url:
         reader = reader.option("schema.registry.url", k.schema_registry_url)
+        for name, value in k.registry_conf().items():
+            reader = reader.option(f"schema.registry.{name}", value)
     if k.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(k.max_offsets_per_trigger))
     for name, value in k.source_options().items():
