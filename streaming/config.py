@@ -457,7 +457,8 @@ def _registry_problems(k: KafkaSettings) -> Iterator[ConfigError]:
         yield ConfigError("kafka.schema.registry.url", f"{redact(url)!r} is not an http(s) URL",
                           "e.g. https://registry:8081")
     if k.encoding != "confluent":
-        yield ConfigError("kafka.schema.registry.url", f"only applies with kafka.encoding: confluent (it is {k.encoding})",
+        yield ConfigError("kafka.schema.registry.url",
+                          f"only applies with kafka.encoding: confluent (it is {k.encoding})",
                           "set kafka.encoding: confluent, or leave the registry out")
     if credentials and ":" not in credentials:
         yield ConfigError("kafka.schema.registry.basic.auth.user.info", "is not USER:PASSWORD",

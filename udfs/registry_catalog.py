@@ -71,7 +71,7 @@ class RegistryCatalog(SchemaCatalog):
         self._policy = retry or RetryPolicy()
         self._client = SchemaRegistryClient({"max.retries": 0, "timeout": self._policy.attempt_timeout_ms / 1000,
                                              **(conf or {}), "url": url})
-        self._topic = topic
+        self._topic, self._where = topic, redact(url)
         self._ids: dict[str, int] = {}
         self._types: dict[int, str] = {}
         self._sleep, self._clock = sleep, clock
@@ -120,30 +120,32 @@ class RegistryCatalog(SchemaCatalog):
         """``call()`` until the registry answers it; see the module docstring for which answers end it."""
         started, failures, warned = None, 0, None
         while True:
+            began = self._clock()
             try:
                 result = call()
             except DecodeError:
                 raise
             except Exception as exc:
-                _raise_if_refused(exc, what)
+                _raise_if_refused(exc, what, self._where)
                 why = f"{type(exc).__name__}: {redact(exc)}"[:300]
             else:
                 if warned is not None:
-                    _log.warning("Schema Registry answering again after %.1f s while %s (failed attempts: %d)",
-                                 self._clock() - started, what, failures)
+                    _log.warning("Schema Registry %s answering again after %.1f s while %s (failed attempts: %d)",
+                                 self._where, self._clock() - started, what, failures)
                 return result
             now = self._clock()
-            started = now if started is None else started
+            started = began if started is None else started
             failures += 1
             waited, limit = now - started, self._policy.max_wait_ms
             if limit is not None and waited * 1000 >= limit:
                 raise RegistryUnavailable(
-                    f"the Schema Registry did not answer for {waited:.1f} s while {what} (failed attempts: "
-                    f"{failures}, last error {why}). Fix: make the registry reachable, or raise "
+                    f"the Schema Registry {self._where} did not answer for {waited:.1f} s while {what} "
+                    f"(failed attempts: {failures}, last error {why}). Fix: make the registry reachable, or raise "
                     f"{MAX_WAIT_OPTION}={limit} (leave it out to wait forever)")
             if warned is None or now - warned >= WARN_EVERY_S:
-                _log.warning("Schema Registry unreachable for %.1f s while %s (failed attempts: %d, last error %s); "
-                             "retrying, the records wait (%s)", waited, what, failures, why, self._policy.budget())
+                _log.warning("Schema Registry %s unreachable for %.1f s while %s (failed attempts: %d, last error %s); "
+                             "retrying, the records wait (%s)", self._where, waited, what, failures, why,
+                             self._policy.budget())
                 warned = now
             delay_ms = self._policy.delay_ms(failures)
             if limit is not None:
@@ -155,16 +157,16 @@ def _status(exc: BaseException) -> int | None:
     return getattr(exc, "http_status_code", None)
 
 
-def _raise_if_refused(exc: Exception, what: str) -> None:
+def _raise_if_refused(exc: Exception, what: str, where: str) -> None:
     status = _status(exc)
     if status is None or not 400 <= status < 500 or status in _NOT_ANSWERED:
         return
     text = redact(getattr(exc, "error_message", None) or exc)[:300]
     if status == 401:
-        fix = ("check the registry credentials: schema.registry.basic.auth.user.info (USER:PASSWORD), "
-               "or the user info of schema.registry.url")
+        fix = ("check the registry credentials, USER:PASSWORD in kafka.schema.registry.basic.auth.user.info (the "
+               "source's option schema.registry.basic.auth.user.info), or the user info of the registry URL")
     elif status == 403:
         fix = "grant the registry principal read access to the subjects (and write access to register schemas)"
     else:
         fix = "see the registry's message (an incompatible schema: the subject's compatibility level)"
-    raise RegistryRefused(f"the Schema Registry refused {what} (HTTP {status}: {text}). Fix: {fix}") from None
+    raise RegistryRefused(f"the Schema Registry {where} refused {what} (HTTP {status}: {text}). Fix: {fix}") from None

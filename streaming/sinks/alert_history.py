@@ -7,12 +7,18 @@ re-sends a resolved incident as firing). An unreachable broker is waited out as 
 (kafka.fetchOffset.*; kafka.brokerUnavailable.maxWaitMs bounds the wait and names itself when it
 gives up). Records are folded into the latest state per fingerprint as they come, so memory
 grows with the incidents, not with the records.
+
+Records are decoded as the sink wrote them: the Confluent wire format with the built-in ids, or
+the Schema Registry's (kafka.schema.registry.url: the ids are looked up there, waited for as the
+sink waits), or schemaless with the ``event_type`` header. A record that is not an alert this job
+can decode is skipped and counted in one WARNING at the end.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 
 from streaming.config import Settings
 from streaming.sinks.alert_book import latest_alert_states
@@ -32,6 +38,8 @@ def read_alert_history(settings: Settings, clock=time.monotonic) -> dict[str, di
     what = f"reading the alert history of {k.alerts_topic}"
     consumer = Consumer({**dict(k.client), "bootstrap.servers": k.bootstrap_servers,
                          "group.id": "epochwatch-alert-history", "enable.auto.commit": False})
+    catalog = k.registry_catalog(k.alerts_topic)
+    skipped = Skipped(k.alerts_topic)
 
     def topic_partitions(timeout_s: float) -> list[int]:
         topic = consumer.list_topics(k.alerts_topic, timeout=timeout_s).topics.get(k.alerts_topic)
@@ -50,7 +58,7 @@ def read_alert_history(settings: Settings, clock=time.monotonic) -> dict[str, di
         latest: dict[str, dict] = {}
         outage, progress_ms = None, clock() * 1000
         while short:
-            records = _decoded(consumer.consume(1000, timeout=CONSUME_WAIT_S))
+            records = _decoded(consumer.consume(1000, timeout=CONSUME_WAIT_S), catalog, skipped)
             latest_alert_states(records, latest)
             for tp in consumer.position([TopicPartition(k.alerts_topic, p) for p in short]):
                 if tp.offset >= short[tp.partition]:
@@ -67,12 +75,30 @@ def read_alert_history(settings: Settings, clock=time.monotonic) -> dict[str, di
                 if step.warning:
                     log.warning(step.warning)
                 progress_ms = now_ms
+        skipped.report()
         return latest
     finally:
         consumer.close()
 
 
-def _decoded(messages) -> list[dict]:
+class Skipped:
+    """The records of the alerts topic the read could not use, said once at the end."""
+
+    def __init__(self, topic: str):
+        self.topic, self.reasons, self.first = topic, Counter(), None
+
+    def add(self, msg, exc) -> None:
+        self.reasons[exc.reason] += 1
+        self.first = self.first or f"{msg.partition()}@{msg.offset()}: {exc}"
+
+    def report(self) -> None:
+        if self.reasons:
+            log.warning("alert history: %d record(s) of %s skipped, not alerts this job can decode (%s; first at %s)",
+                        sum(self.reasons.values()), self.topic,
+                        ", ".join(f"{reason} {n}" for reason, n in self.reasons.most_common()), self.first)
+
+
+def _decoded(messages, catalog, skipped: Skipped) -> list[dict]:
     from udfs import avro_codec
 
     out = []
@@ -80,11 +106,20 @@ def _decoded(messages) -> list[dict]:
         if msg.error() is not None:
             continue   # transport errors: the position does not move, the loop waits
         try:
-            record = avro_codec.decode(msg.value())
+            record = _decode(msg, catalog)
         except avro_codec.DecodeError as exc:
-            log.warning("alerts topic record %s/%s@%s is not an alert: %s", msg.topic(), msg.partition(),
-                        msg.offset(), exc)
+            skipped.add(msg, exc)
             continue
         if record.get("event_type") == "alert":
             out.append(record)
     return out
+
+
+def _decode(msg, catalog) -> dict:
+    """A record as the sink wrote it: schemaless when a header names its event type."""
+    from udfs import avro_codec
+
+    for name, value in msg.headers() or ():
+        if name == avro_codec.EVENT_TYPE_HEADER and value is not None:
+            return avro_codec.decode_schemaless(msg.value(), value.decode("utf-8", "replace"))
+    return avro_codec.decode(msg.value(), catalog)

@@ -8,7 +8,11 @@ from streaming.sinks.base import OutputBatch
 
 class KafkaOutputSink:
     """Alert records to the alerts topic (key = fingerprint), dead letters to the DLQ topic with
-    the reason and source coordinates in headers; flushes before the batch counts as done."""
+    the reason and source coordinates in headers; flushes before the batch counts as done.
+
+    With kafka.schema.registry.url the alert records carry the registry's id of the alert schema
+    (registered if absent, udfs.registry_catalog); a registry that does not answer holds the batch
+    as an unreachable broker does, one that refuses fails it (nothing is written, Spark replays it)."""
 
     def __init__(self, settings: Settings):
         from udfs.dead_letters import DeadLetterPublisher
@@ -19,7 +23,12 @@ class KafkaOutputSink:
         self.alerts_topic = k.alerts_topic
         # a broker away while a batch flushes is waited out as the source does (kafka.fetchOffset.*,
         # kafka.brokerUnavailable.maxWaitMs), not a failed batch that ends the query
-        self.producer = EventProducer(k.bootstrap_servers, k.client,
+        catalog = k.registry_catalog(k.alerts_topic)
+        if catalog is not None:
+            # the alert schema's id is asked for now, at start-up: a registry that refuses the
+            # credentials stops the start, not the first alert, which may come at 3 a.m.
+            catalog.id_for("alert")
+        self.producer = EventProducer(k.bootstrap_servers, k.client, catalog=catalog,
                                       encoding="avro" if k.encoding == "confluent" else "avro-schemaless",
                                       retry=k.retry_policy(), what=f"producing alert records to {k.alerts_topic}")
         self.dead_letters = DeadLetterPublisher(client, k.dlq_topic, retry=k.retry_policy())

@@ -75,7 +75,8 @@ def test_an_unknown_id_is_a_dead_letter_at_once(schema_registry):
 
 
 def test_a_schema_of_another_namespace_is_not_an_event(schema_registry):
-    foreign = {"type": "record", "name": "Order", "namespace": "com.example", "fields": [{"name": "id", "type": "long"}]}
+    foreign = {"type": "record", "name": "Order", "namespace": "com.example",
+               "fields": [{"name": "id", "type": "long"}]}
     admin = SchemaRegistryClient({"url": schema_registry.url, **AUTH})
     schema_id = admin.register_schema(f"{fresh_topic()}-com.example.Order", Schema(json.dumps(foreign), "AVRO"))
     batch, dead = decode_batch(RegistryCatalog(schema_registry.url, "events", AUTH), schema_id)
@@ -111,14 +112,15 @@ def test_a_registry_that_stops_answering_is_waited_for_and_said_so(schema_regist
     reading = threading.Thread(target=lambda: outcome.update(result=decode_batch(catalog, schema_id)), daemon=True)
     try:
         reading.start()
-        wait_until(lambda: "Schema Registry unreachable" in caplog.text, timeout_s=30, what="the waiting WARNING")
+        wait_until(lambda: f"Schema Registry {registry.url} unreachable" in caplog.text, timeout_s=30,
+                   what="the waiting WARNING")
         assert reading.is_alive()
     finally:
         registry.resume()
     reading.join(60)
     batch, dead = outcome["result"]
     assert dead == [] and batch.column("event_type").to_pylist() == ["broker_heartbeat"]
-    assert "Schema Registry answering again" in caplog.text and PASSWORD not in caplog.text
+    assert f"Schema Registry {registry.url} answering again" in caplog.text and PASSWORD not in caplog.text
 
 
 def test_a_registry_gone_for_longer_than_the_longest_wait_is_an_error_naming_it(schema_registry_factory):
@@ -178,7 +180,7 @@ def test_a_registry_in_trouble_is_asked_again_with_backoff_and_the_record_decode
         registry.close()
     assert dead == [] and batch.column("event_type").to_pylist() == ["broker_heartbeat"]
     assert time.sleeps == [0.01, 0.02, 0.04], "three failures, three pauses, each twice the last"
-    assert "Schema Registry unreachable" in caplog.text and "s3cret" not in caplog.text
+    assert "Schema Registry http://***@127.0.0.1" in caplog.text and "s3cret" not in caplog.text
 
 
 def test_the_catalogs_repr_shows_no_credentials(schema_registry):
