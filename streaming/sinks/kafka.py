@@ -11,8 +11,9 @@ class KafkaOutputSink:
     the reason and source coordinates in headers; flushes before the batch counts as done.
 
     With kafka.schema.registry.url the alert records carry the registry's id of the alert schema
-    (registered if absent, udfs.registry_catalog); a registry that does not answer holds the batch
-    as an unreachable broker does, one that refuses fails it (nothing is written, Spark replays it)."""
+    (registered if absent, udfs.registry_catalog), asked for once, when the sink is built: a
+    registry that does not answer holds the start as an unreachable broker does, one that refuses
+    stops it."""
 
     def __init__(self, settings: Settings):
         from udfs.dead_letters import DeadLetterPublisher
