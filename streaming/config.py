@@ -125,6 +125,9 @@ class KafkaSettings:
                 if f.metadata.get("source_option") and getattr(self, f.name) is not None}
 
 
+RUNBOOK_BASE_URL = "https://github.com/epochwatch/epochwatch/blob/main/docs/alerts.md"
+
+
 @dataclass(frozen=True)
 class RuleSettings:
     """Thresholds of the detection rules; defaults are Kafka's where Kafka has one."""
@@ -174,6 +177,10 @@ class RuleSettings:
     # (slower, the same alerts: the equivalence tests flip it); for telling a fast path's defect
     # from a rule's
     fast_paths: str = field(default="on", metadata={**_alias("fast.paths"), "choices": ("off", "on")})
+    # Where on-call reads the runbooks: the page of docs/alerts.md (a fork, an internal mirror, a
+    # wiki copy); every alert's runbook_url is <this>#<alertname in lower case>. A rules setting,
+    # not a sink's: the link is part of the alert record itself (alerts topic, Alertmanager, console).
+    runbook_base_url: str = field(default=RUNBOOK_BASE_URL, metadata=_alias("runbook.base.url"))
 
     @property
     def fast_paths_on(self) -> bool:
@@ -366,6 +373,9 @@ def _problems(settings: Settings) -> Iterator[ConfigError]:
     url = settings.sinks.alertmanager_url
     if url and not url.startswith(("http://", "https://")):
         yield ConfigError("sinks.alertmanager.url", f"{redact(url)!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
+    if not _is_http_url(r.runbook_base_url) or "#" in r.runbook_base_url:
+        yield ConfigError("rules.runbook.base.url", f"{r.runbook_base_url!r} is not an http(s) URL without a #fragment",
+                          f"give the URL of your copy of docs/alerts.md, e.g. {RUNBOOK_BASE_URL}")
     c = settings.collect
     for key, value in (("interval.ms", c.interval_ms), ("request.timeout.ms", c.request_timeout_ms),
                        ("exporter.timeout.ms", c.exporter_timeout_ms),
@@ -469,6 +479,10 @@ def _registry_problems(k: KafkaSettings) -> Iterator[ConfigError]:
     if ca and not Path(ca).exists():
         yield ConfigError("kafka.schema.registry.ssl.ca.location", f"{ca} does not exist",
                           "give the path of the CA certificate (PEM) that signed the registry's certificate")
+
+
+def _is_http_url(value: str) -> bool:
+    return value.startswith(("http://", "https://")) and len(value.split("://", 1)[1]) > 0
 
 
 # Rules whose 0 means nothing useful (the pending period and the allowed lateness may be 0: none)

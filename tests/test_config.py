@@ -38,6 +38,8 @@ BAD = [
      "kafka-tools", "15-the commit log reader runs Kafka's own console consumer: without its jar it cannot start"),
     ({"rules.state.max.clusters": 0}, "rules.state.max.clusters", "default (10000)",
      "16-a job that may hold no cluster would refuse every event"),
+    ({"rules.runbook.base.url": "wiki/alerts#top"}, "rules.runbook.base.url", "docs/alerts.md",
+     "17-runbook links are <base>#<alertname>: the base must be an absolute URL without a fragment"),
 ]
 
 

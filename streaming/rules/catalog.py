@@ -8,9 +8,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from streaming.config import RuleSettings
+from streaming.config import RUNBOOK_BASE_URL, RuleSettings
 
-RUNBOOK_BASE = "https://github.com/epochwatch/epochwatch/blob/main/docs/alerts.md"
+RUNBOOK_BASE = RUNBOOK_BASE_URL   # rules.runbook.base.url's default: the runbooks in this repository
 
 
 class Severity(enum.IntEnum):
@@ -61,8 +61,14 @@ def fingerprint(alertname: str, labels: Iterable[tuple[str, str]], starts_at: in
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def runbook_url(alertname: str, base: str = RUNBOOK_BASE) -> str:
+    """The alert's section of the runbook page (docs/alerts.md: one heading per alert)."""
+    return f"{base}#{alertname.lower()}"
+
+
 def alert_record(rule: Rule, cluster_id: str, labels: tuple[tuple[str, str], ...], status: str,
-                 starts_at: int, event_time: int, description: str, ends_at: int | None = None) -> dict:
+                 starts_at: int, event_time: int, description: str, ends_at: int | None = None,
+                 runbook_base: str = RUNBOOK_BASE) -> dict:
     label_map = {"alertname": rule.name, "cluster": cluster_id, "severity": rule.severity.name, **dict(labels)}
     fp = fingerprint(rule.name, label_map.items(), starts_at)
     return {
@@ -77,7 +83,7 @@ def alert_record(rule: Rule, cluster_id: str, labels: tuple[tuple[str, str], ...
         "annotations": {
             "summary": rule.summary.format(**label_map),
             "description": description or rule.summary.format(**label_map),
-            "runbook_url": f"{RUNBOOK_BASE}#{rule.name.lower()}",
+            "runbook_url": runbook_url(rule.name, runbook_base),
         },
         "starts_at": int(starts_at),
         "ends_at": None if ends_at is None else int(ends_at),

@@ -60,11 +60,12 @@ class AlertTracker:
         """Diff the conditions holding at ``now`` against the open alerts; return new records."""
         records: list[dict] = []
         seen = set()
+        base = self.settings.runbook_base_url
         for cond in conditions:
             rule = RULES[cond.alertname]
             if rule.one_shot:
                 records.append(alert_record(rule, self.cluster_id, cond.labels, "firing", cond.since_ms,
-                                            max(now, cond.since_ms), cond.description))
+                                            max(now, cond.since_ms), cond.description, runbook_base=base))
                 continue
             seen.add(cond.identity)
             alert = self.open.get(cond.identity)
@@ -75,13 +76,13 @@ class AlertTracker:
             if not alert.firing and now >= fire_at:
                 alert.firing = True
                 records.append(alert_record(rule, self.cluster_id, alert.labels, "firing", alert.since_ms,
-                                            max(now, fire_at), alert.description))
+                                            max(now, fire_at), alert.description, runbook_base=base))
         for identity in [i for i in self.open if i not in seen]:
             alert = self.open.pop(identity)
             if alert.firing:
                 rule = RULES[alert.alertname]
                 records.append(alert_record(rule, self.cluster_id, alert.labels, "resolved", alert.since_ms,
-                                            now, alert.description, ends_at=now))
+                                            now, alert.description, ends_at=now, runbook_base=base))
         return records
 
     def next_deadline(self) -> int | None:

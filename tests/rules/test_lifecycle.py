@@ -95,3 +95,18 @@ def test_open_alerts_survive_a_round_trip_through_the_state_rows():
     records = again.update([holds(TIMEOUT, 1000)], 4000)
     assert [(r["alertname"], r["status"]) for r in records] == [
         ("BrokerHeartbeatTimeout", "firing"), ("BrokerMetadataLag", "resolved")]
+
+
+def test_every_record_links_to_the_configured_runbooks():
+    """Why: on-call reads the runbooks where the team keeps them (rules.runbook.base.url); the
+    default is this repository's docs/alerts.md, one section per alert."""
+    default = AlertTracker("c1", SETTINGS).update([holds(LAG, 1000)], 1000)
+    assert default[0]["annotations"]["runbook_url"] == \
+        "https://github.com/epochwatch/epochwatch/blob/main/docs/alerts.md#brokermetadatalag"
+    wiki = RuleSettings(heartbeat_timeout_pending_ms=PENDING, runbook_base_url="https://wiki.example.com/kafka/alerts")
+    tracker = AlertTracker("c1", wiki)
+    records = tracker.update([holds(LAG, 1000), holds(RESTART, 1000)], 1000) + tracker.update([], 2000)
+    assert [(r["status"], r["annotations"]["runbook_url"]) for r in records] == [
+        ("firing", "https://wiki.example.com/kafka/alerts#brokermetadatalag"),
+        ("firing", "https://wiki.example.com/kafka/alerts#brokerrestarted"),
+        ("resolved", "https://wiki.example.com/kafka/alerts#brokermetadatalag")]

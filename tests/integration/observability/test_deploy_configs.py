@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from streaming.rules.catalog import runbook_url
 from tests.integration.observability.services import (
     AM_RENDER,
     AM_TEMPLATE,
@@ -73,6 +74,15 @@ def test_prometheus_config_and_rules_are_valid():
     assert rules.returncode == 0, rules.stdout + rules.stderr
 
 
+def test_rules_rendered_with_another_runbook_base_are_valid(tmp_path):
+    base = "https://git.example.com/sre/epochwatch/blob/main/docs/alerts.md"
+    result = run("python3", PROMETHEUS_DIR / "render.py", "--runbook-base-url", base, "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    rules = run(PROMTOOL_BIN, "check", "rules", *sorted(tmp_path.glob("*.yml")))
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+    assert f"{base}#epochwatchdown" in (tmp_path / "epochwatch-meta.yml").read_text()
+
+
 def test_meta_alert_rule_unit_tests():
     result = run(PROMTOOL_BIN, "test", "rules", *sorted((PROMETHEUS_DIR / "tests").glob("*.test.yml")))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -94,5 +104,5 @@ def test_every_alert_has_a_runbook_section():
     assert len(detection) == 17
     assert detection | {r["alert"] for r in rules} == headings
     for rule in rules:
-        assert rule["annotations"]["runbook_url"] == f"docs/alerts.md#{rule['alert'].lower()}"
+        assert rule["annotations"]["runbook_url"] == runbook_url(rule["alert"])   # anchors: tests/deploy
         assert rule["labels"]["severity"] in ("critical", "warning")
