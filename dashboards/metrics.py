@@ -42,8 +42,8 @@ _CATALOGUE = (
     Metric("epochwatch_state_rows", "gauge"),
     Metric("epochwatch_source_lag_records", "gauge"),
     Metric("epochwatch_last_batch_timestamp_seconds", "gauge"),
-    Metric("epochwatch_alertmanager_backlog", "gauge"),
-    Metric("epochwatch_alertmanager_delivery_failures_total", "counter"),
+    Metric("epochwatch_alertmanager_backlog", "gauge", ("alertmanager",)),
+    Metric("epochwatch_alertmanager_delivery_failures_total", "counter", ("alertmanager",)),
     Metric("epochwatch_up", "gauge"),
 )
 

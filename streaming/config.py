@@ -191,13 +191,33 @@ class RuleSettings:
 class SinkSettings:
     """Where alerts and metrics go besides the Kafka alerts topic."""
 
-    alertmanager_url: str | None = field(default=None, metadata=_alias("alertmanager.url"))
+    # Every URL gets every alert: the instances of an HA Alertmanager do not pass alerts on to each
+    # other (Prometheus too sends to each). A YAML list, or comma-separated.
+    alertmanager_url: str | None = field(default=None, metadata={**_alias("alertmanager.url"), "comma_list": True})
     alertmanager_resend_interval_s: int = field(default=60, metadata=_alias("alertmanager.resend.interval.s"))
     metrics_port: int = field(default=9464, metadata=_alias("metrics.port"))
     metrics_address: str = field(default="127.0.0.1", metadata=_alias("metrics.address"))
     console: str = field(default="off", metadata={**_alias("console"), "choices": ("off", "on")})
 
-    def __repr__(self) -> str:  # the Alertmanager URL may carry credentials
+    # --- Alertmanager delivery (streaming/sinks/alertmanager_http.py; checks: _alertmanager_problems) ---
+    # Secrets: write ${ENV_NAME}. Basic auth or a bearer token, not both.
+    alertmanager_username: str | None = field(default=None, metadata=_alias("alertmanager.basic.auth.username"))
+    alertmanager_password: str | None = field(default=None, metadata=_alias("alertmanager.basic.auth.password"))
+    alertmanager_bearer_token: str | None = field(default=None, metadata=_alias("alertmanager.bearer.token"))
+    # https: verify Alertmanager against this CA (unset: the system's); a client certificate if it asks for one
+    alertmanager_ca_file: str | None = field(default=None, metadata=_alias("alertmanager.tls.ca.file"))
+    alertmanager_cert_file: str | None = field(default=None, metadata=_alias("alertmanager.tls.cert.file"))
+    alertmanager_key_file: str | None = field(default=None, metadata=_alias("alertmanager.tls.key.file"))
+    # each alert's generatorURL, the "source" link Alertmanager shows; unset: this job's /metrics
+    external_url: str | None = field(default=None, metadata=_alias("external.url"))
+
+    def alertmanager_urls(self) -> list[str]:
+        return [u.strip() for u in (self.alertmanager_url or "").split(",") if u.strip()]
+
+    def generator_url(self) -> str:
+        return self.external_url or f"http://{self.metrics_address}:{self.metrics_port or 9464}/metrics"
+
+    def __repr__(self) -> str:  # Alertmanager credentials, and URLs that may carry them
         return redacted_repr(self)
 
 
@@ -282,7 +302,10 @@ def _coerce(section: str, f: dataclasses.Field, value: Any, problems: list[Confi
     """The value as the field takes it; a mapping's unreadable entries go to ``problems`` (the rest
     is still checked), any other problem is raised."""
     key = f"{section}.{f.metadata.get('yaml', f.name)}"
-    value = _expand_env(value, key)
+    if isinstance(value, list) and f.metadata.get("comma_list"):
+        value = ",".join(str(_expand_env(v, key)) for v in value)   # a YAML list: kept comma-separated
+    else:
+        value = _expand_env(value, key)
     typ = str(f.type)
     if typ.startswith("int"):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -370,9 +393,7 @@ def _problems(settings: Settings) -> Iterator[ConfigError]:
     if r.connection_setup_timeout_max_ms < r.connection_setup_timeout_ms:
         yield ConfigError("rules.socket.connection.setup.timeout.max.ms", "is below socket.connection.setup.timeout.ms",
                           "set the max at least as large as the base timeout (Kafka: 30000 vs 10000)")
-    url = settings.sinks.alertmanager_url
-    if url and not url.startswith(("http://", "https://")):
-        yield ConfigError("sinks.alertmanager.url", f"{redact(url)!r} is not an http(s) URL", "e.g. http://127.0.0.1:9093")
+    yield from _alertmanager_problems(settings.sinks)
     if not _is_http_url(r.runbook_base_url) or "#" in r.runbook_base_url:
         yield ConfigError("rules.runbook.base.url", f"{r.runbook_base_url!r} is not an http(s) URL without a #fragment",
                           f"give the URL of your copy of docs/alerts.md, e.g. {RUNBOOK_BASE_URL}")
@@ -483,6 +504,43 @@ def _registry_problems(k: KafkaSettings) -> Iterator[ConfigError]:
 
 def _is_http_url(value: str) -> bool:
     return value.startswith(("http://", "https://")) and len(value.split("://", 1)[1]) > 0
+
+
+def _alertmanager_problems(s: SinkSettings) -> Iterator[ConfigError]:
+    key = "sinks.alertmanager."
+    urls = s.alertmanager_urls()
+    for url in urls:
+        if not _is_http_url(url):
+            yield ConfigError(f"{key}url", f"{redact(url)!r} is not an http(s) URL",
+                              "e.g. http://127.0.0.1:9093; several: a YAML list or comma-separated")
+    if len(set(urls)) < len(urls):
+        yield ConfigError(f"{key}url", "lists a URL twice", "list each Alertmanager instance once")
+    basic = s.alertmanager_username is not None or s.alertmanager_password is not None
+    for given, missing in (("username", "password"), ("password", "username")):
+        if getattr(s, f"alertmanager_{given}") is not None and getattr(s, f"alertmanager_{missing}") is None:
+            yield ConfigError(f"{key}basic.auth.{missing}", f"is missing (basic.auth.{given} is set)",
+                              f"set both, e.g. {missing}: ${{ALERTMANAGER_{missing.upper()}}}")
+    if basic and s.alertmanager_bearer_token is not None:
+        yield ConfigError(f"{key}bearer.token", "is set together with basic.auth.*",
+                          "Alertmanager takes one kind of credentials: keep the one its proxy expects")
+    if (basic or s.alertmanager_bearer_token is not None) and any(redact(u) != u for u in urls):
+        yield ConfigError(f"{key}url", "carries credentials (user:password@) while basic.auth / bearer.token are set",
+                          "remove them from the URL")
+    for name in ("ca", "cert", "key"):
+        path = getattr(s, f"alertmanager_{name}_file")
+        if path is not None and not Path(path).is_file():
+            yield ConfigError(f"{key}tls.{name}.file", f"{path} is not a file",
+                              "give the path of a PEM file readable by the driver (e.g. a mounted secret)")
+    if (s.alertmanager_cert_file is None) != (s.alertmanager_key_file is None):
+        yield ConfigError(f"{key}tls.{'key' if s.alertmanager_key_file is None else 'cert'}.file",
+                          "is missing: a client certificate needs both tls.cert.file and tls.key.file", "set both")
+    tls = [n for n in ("ca", "cert", "key") if getattr(s, f"alertmanager_{n}_file") is not None]
+    if tls and urls and not any(u.startswith("https://") for u in urls):
+        yield ConfigError(f"{key}tls.{tls[0]}.file", "is set but no sinks.alertmanager.url is https",
+                          "use https:// URLs, or leave the tls.* keys out")
+    if s.external_url is not None and not _is_http_url(s.external_url):
+        yield ConfigError("sinks.external.url", f"{redact(s.external_url)!r} is not an http(s) URL",
+                          "give the link to this job as people reach it, e.g. https://epochwatch.example.com/metrics")
 
 
 # Rules whose 0 means nothing useful (the pending period and the allowed lateness may be 0: none)

@@ -51,13 +51,10 @@ def build_sinks(settings: config.Settings, console: bool):
     latest = list(read_alert_history(settings).values())
     metrics.seed_alerts(latest)
     board.seed(latest)
-    if settings.sinks.alertmanager_url:
+    if settings.sinks.alertmanager_urls():
         from streaming.sinks.alertmanager import AlertmanagerSink
 
-        port = settings.sinks.metrics_port or 9464
-        am = AlertmanagerSink(settings.sinks.alertmanager_url,
-                              resend_interval_s=settings.sinks.alertmanager_resend_interval_s, metrics=metrics,
-                              generator_url=f"http://{settings.sinks.metrics_address}:{port}/metrics")
+        am = AlertmanagerSink.from_settings(settings.sinks, metrics)
         am.seed(latest)
         sinks.append(am)
     if console:

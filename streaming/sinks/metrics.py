@@ -21,6 +21,7 @@ from streaming.rules.table import EXPIRED_SUMMARY, RESET_SUMMARY
 from streaming.sinks.endpoint import DriverEndpoint
 from streaming.spark.packs import INPUT_METRIC
 from streaming.spark.refusals import Refusals
+from udfs.redact import redact
 
 DEFAULT_PORT = 9464
 BATCH_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
@@ -109,10 +110,11 @@ class Metrics:
                                 registry=r)
         self.last_batch = Gauge("epochwatch_last_batch_timestamp_seconds", "When the last micro-batch finished (Unix s)",
                                 registry=r)
+        # label alertmanager: the URL (credentials hidden); each instance of an HA pair has its own
         self.alertmanager_backlog = Gauge("epochwatch_alertmanager_backlog", "Alert states Alertmanager has not accepted yet",
-                                          registry=r)
+                                          ["alertmanager"], registry=r)
         self.alertmanager_failures = Counter("epochwatch_alertmanager_delivery_failures_total",
-                                             "Failed or refused Alertmanager deliveries", registry=r)
+                                             "Failed or refused Alertmanager deliveries", ["alertmanager"], registry=r)
         self.up = Gauge("epochwatch_up", "1 while the streaming job runs", registry=r)
         self._client_shards: dict[tuple[str, int], tuple[int, int]] = {}
         self._firing: dict[str, tuple[str, str, str]] = {}     # fingerprint -> firing gauge labels
@@ -299,11 +301,11 @@ class Metrics:
     def mark_stopped(self) -> None:
         self.up.set(0)
 
-    def set_alertmanager_backlog(self, backlog: int) -> None:
-        self.alertmanager_backlog.set(backlog)
+    def set_alertmanager_backlog(self, alertmanager: str, backlog: int) -> None:
+        self.alertmanager_backlog.labels(redact(alertmanager)).set(backlog)
 
-    def count_alertmanager_failures(self, count: int = 1) -> None:
-        self.alertmanager_failures.inc(count)
+    def count_alertmanager_failures(self, alertmanager: str, count: int = 1) -> None:
+        self.alertmanager_failures.labels(redact(alertmanager)).inc(count)
 
     def _remember_resolved(self, fp: str) -> None:
         self._resolved[fp] = None

@@ -128,6 +128,7 @@ def test_configmap_config_loads_with_the_secrets_as_environment(monkeypatch, tmp
     settings = config.load(path, overrides)
     assert settings.kafka.client["sasl.password"] == "from-the-secret"
     assert (settings.sinks.metrics_port, settings.sinks.metrics_address) == (METRICS_PORT, "0.0.0.0")
+    assert len(settings.sinks.alertmanager_urls()) == 2, "each instance of the HA Alertmanager, by its pod's name"
     # the config file is where the ConfigMap is mounted on the driver
     volumes = pod_volumes(spec, "driver")
     config_volume = next(n for n, v in volumes.items() if v.get("configMap", {}).get("name")

@@ -33,8 +33,8 @@ CONTRACT = {  # docs/CONTRACTS.md: metric -> (type, labels)
     "epochwatch_state_rows": ("gauge", set()),
     "epochwatch_source_lag_records": ("gauge", set()),
     "epochwatch_last_batch_timestamp_seconds": ("gauge", set()),
-    "epochwatch_alertmanager_backlog": ("gauge", set()),
-    "epochwatch_alertmanager_delivery_failures_total": ("counter", set()),
+    "epochwatch_alertmanager_backlog": ("gauge", {"alertmanager"}),
+    "epochwatch_alertmanager_delivery_failures_total": ("counter", {"alertmanager"}),
     "epochwatch_up": ("gauge", set()),
 }
 
@@ -53,6 +53,8 @@ def populated() -> Metrics:
     m.observe_dead_letters({"bad_magic_byte": 1})
     m.observe_progress(PROGRESS)
     m.batch_finished(1000.0)
+    m.set_alertmanager_backlog("http://am-1:9093", 0)
+    m.count_alertmanager_failures("http://am-1:9093", 0)
     return m
 
 
@@ -249,13 +251,18 @@ def test_batch_finished_and_stopped():
     assert value(m, "epochwatch_up") == 0
 
 
-def test_alertmanager_delivery_metrics():
+def test_alertmanager_delivery_metrics_are_per_url_without_credentials():
     m = Metrics()
-    m.set_alertmanager_backlog(3)
-    m.count_alertmanager_failures()
-    m.count_alertmanager_failures(2)
-    assert value(m, "epochwatch_alertmanager_backlog") == 3
-    assert value(m, "epochwatch_alertmanager_delivery_failures_total") == 3
+    m.set_alertmanager_backlog("http://am-1:9093", 3)
+    m.count_alertmanager_failures("http://am-1:9093")
+    m.count_alertmanager_failures("http://am-1:9093", 2)
+    m.set_alertmanager_backlog("http://am-2:9093", 0)
+    m.count_alertmanager_failures("https://pager:hunter2@am-3:9093")
+    assert value(m, "epochwatch_alertmanager_backlog", alertmanager="http://am-1:9093") == 3
+    assert value(m, "epochwatch_alertmanager_delivery_failures_total", alertmanager="http://am-1:9093") == 3
+    assert value(m, "epochwatch_alertmanager_backlog", alertmanager="http://am-2:9093") == 0
+    assert value(m, "epochwatch_alertmanager_delivery_failures_total", alertmanager="https://***@am-3:9093") == 1
+    assert "hunter2" not in generate_latest(m.registry).decode()
 
 
 def test_instances_do_not_share_state_or_the_global_registry():

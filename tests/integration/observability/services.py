@@ -29,18 +29,27 @@ PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
 
 @dataclass
 class ServiceProcess:
-    """A binary listening on 127.0.0.1:port; ready when GET ready_path answers 200."""
+    """A binary listening on 127.0.0.1:port; ready when GET ready_path answers 200.
+
+    ``probe``: what a request needs to get through (requests' ``auth``, ``verify``, ``cert``),
+    for a service behind basic auth or TLS."""
 
     name: str
     argv: list[str]
     port: int
     log_path: Path
     ready_path: str = "/-/ready"
+    scheme: str = "http"
+    probe: dict = field(default_factory=dict, repr=False)
     _proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return f"{self.scheme}://{LOOPBACK}:{self.port}"
+
+    def get(self, path: str) -> requests.Response:
+        """GET path with the probe's credentials and CA."""
+        return requests.get(self.url + path, timeout=5, **self.probe)
 
     def start(self, timeout_s: float = 30.0) -> "ServiceProcess":
         log = open(self.log_path, "ab")
@@ -53,7 +62,7 @@ class ServiceProcess:
         if self._proc.poll() is not None:
             raise RuntimeError(f"{self.name} exited with {self._proc.returncode}: {self.log_path.read_text()[-2000:]}")
         try:
-            return requests.get(self.url + self.ready_path, timeout=1).status_code == 200
+            return requests.get(self.url + self.ready_path, timeout=1, **self.probe).status_code == 200
         except requests.RequestException:
             return False
 
@@ -124,14 +133,86 @@ def render_alertmanager_config(out: Path, webhook: WebhookReceiver, *, fast: boo
     return out
 
 
-def alertmanager_process(workdir: Path, config: Path, port: int | None = None) -> ServiceProcess:
+def alertmanager_process(workdir: Path, config: Path, port: int | None = None, *, web_config: Path | None = None,
+                         scheme: str = "http", probe: dict | None = None) -> ServiceProcess:
+    """Alertmanager on 127.0.0.1, clustering off (an HA pair here is two of these: each must get
+    every alert from its senders, gossip or not). ``web_config``: its --web.config.file (TLS,
+    basic auth), with ``scheme`` and ``probe`` to match."""
     port = port or free_port()
     storage = workdir / "am-data"
-    storage.mkdir(exist_ok=True)
-    return ServiceProcess("alertmanager", [
-        ALERTMANAGER_BIN, f"--config.file={config}", f"--storage.path={storage}",
-        f"--web.listen-address={LOOPBACK}:{port}", "--cluster.listen-address=",
-    ], port, workdir / "alertmanager.log")
+    storage.mkdir(parents=True, exist_ok=True)
+    argv = [ALERTMANAGER_BIN, f"--config.file={config}", f"--storage.path={storage}",
+            f"--web.listen-address={LOOPBACK}:{port}", "--cluster.listen-address="]
+    if web_config is not None:
+        argv.append(f"--web.config.file={web_config}")
+    return ServiceProcess("alertmanager", argv, port, workdir / "alertmanager.log", scheme=scheme, probe=probe or {})
+
+
+def write_web_config(out: Path, *, users: dict[str, str] | None = None, cert: Path | None = None,
+                     key: Path | None = None, client_ca: Path | None = None) -> Path:
+    """An exporter-toolkit web config (Alertmanager's --web.config.file): basic auth ``users``
+    (name -> password, stored as bcrypt hashes as the format requires), TLS with ``cert`` / ``key``,
+    client certificates required and verified against ``client_ca``."""
+    import bcrypt
+
+    config: dict = {}
+    if cert is not None:
+        config["tls_server_config"] = {"cert_file": str(cert), "key_file": str(key)}
+        if client_ca is not None:
+            config["tls_server_config"].update(client_auth_type="RequireAndVerifyClientCert",
+                                               client_ca_file=str(client_ca))
+    if users:
+        config["basic_auth_users"] = {name: bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+                                      for name, password in users.items()}
+    out.write_text(yaml.safe_dump(config))
+    return out
+
+
+class BearerTokenProxy:
+    """A reverse proxy on 127.0.0.1 that lets through only requests with ``Authorization: Bearer
+    <token>``, the way platforms put token auth in front of Alertmanager (which has none of its
+    own): Mimir's and Cortex's gateways, kube-rbac-proxy, oauth2-proxy."""
+
+    def __init__(self, upstream: str, token: str):
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self._forward("GET")
+
+            def do_POST(self):
+                self._forward("POST")
+
+            def _forward(self, method: str) -> None:
+                if self.headers.get("Authorization") != f"Bearer {token}":
+                    proxy.refused += 1
+                    self.send_response(401)
+                    self.end_headers()
+                    self.wfile.write(b"Unauthorized\n")
+                    return
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                answer = requests.request(method, upstream + self.path, data=body or None, timeout=5,
+                                          headers={"Content-Type": self.headers.get("Content-Type", "")})
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", answer.headers.get("Content-Type", "text/plain"))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            def log_message(self, *args):
+                pass
+
+        self.refused = 0
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self._server.server_port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def prometheus_config_for_test(out: Path, metrics_port: int) -> Path:
