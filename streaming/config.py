@@ -182,6 +182,15 @@ class RuleSettings:
     # not a sink's: the link is part of the alert record itself (alerts topic, Alertmanager, console).
     runbook_base_url: str = field(default=RUNBOOK_BASE_URL, metadata=_alias("runbook.base.url"))
 
+    # --- How per-client alerts reach Alertmanager (streaming.rules.rollup, on the driver) ---------
+    # per_broker: one alert per cluster, alert name and broker (per cluster for an alert without a
+    # broker) carrying the client count and examples; per_cluster: one per cluster and alert name;
+    # per_client: one per client, up to client.alerts.max.per.cluster, the rest rolled up per broker
+    client_alerts: str = field(default="per_broker", metadata={
+        **_alias("client.alerts"), "choices": ("per_client", "per_broker", "per_cluster")})
+    client_alerts_examples: int = field(default=5, metadata=_alias("client.alerts.examples"))
+    client_alerts_max_per_cluster: int = field(default=20, metadata=_alias("client.alerts.max.per.cluster"))
+
     @property
     def fast_paths_on(self) -> bool:
         return self.fast_paths == "on"
@@ -448,6 +457,10 @@ def _problems(settings: Settings) -> Iterator[ConfigError]:
         if value < 1:
             yield ConfigError(f"rules.{key}", f"{value} is not above 0",
                               f"leave it out for the default ({_DEFAULT_RULES[key]}), or use a value above 0")
+    if r.client_alerts_examples > MAX_CLIENT_EXAMPLES:
+        yield ConfigError("rules.client.alerts.examples", f"{r.client_alerts_examples} clients in every roll-up's "
+                          "annotations would make each alert as large as the volume the roll-up avoids",
+                          f"use at most {MAX_CLIENT_EXAMPLES} (default 5); the client count covers the rest")
     if settings.sinks.alertmanager_resend_interval_s < 1:
         yield ConfigError("sinks.alertmanager.resend.interval.s", f"{settings.sinks.alertmanager_resend_interval_s} "
                           "is not above 0", "leave it out for the default (60), or use a value above 0")
@@ -556,6 +569,8 @@ _POSITIVE_RULES = {"broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms
                    "connection.storm.min.clients": "storm_min_clients",
                    "stale.metadata.quiet.ms": "stale_incident_quiet_ms",
                    "state.entity.expiry.ms": "entity_expiry_ms"}
+# the example clients one roll-up alert lists (rules.client.alerts.examples)
+MAX_CLIENT_EXAMPLES = 100
 # what Spark's processing-time trigger takes
 _DURATION = re.compile(r"\d+(\.\d+)?\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)", re.I)
 

@@ -40,6 +40,10 @@ BAD = [
      "16-a job that may hold no cluster would refuse every event"),
     ({"rules.runbook.base.url": "wiki/alerts#top"}, "rules.runbook.base.url", "docs/alerts.md",
      "17-runbook links are <base>#<alertname>: the base must be an absolute URL without a fragment"),
+    ({"rules.client.alerts": "per-broker"}, "rules.client.alerts", "per_client, per_broker, per_cluster",
+     "18-how per-client alerts are delivered is one of three modes"),
+    ({"rules.client.alerts.examples": 1000}, "rules.client.alerts.examples", "at most 100",
+     "19-a roll-up listing a thousand clients would be as large as the volume it avoids"),
 ]
 
 
@@ -205,3 +209,10 @@ def test_registry_credentials_come_from_the_environment_and_never_show(tmp_path,
     assert main(["validate-config", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "kafka.schema.registry.basic.auth.user.info = ***" in out and "registry-pw-5e1d" not in out
+
+def test_per_client_alerts_roll_up_per_broker_unless_asked_otherwise(tmp_path):
+    assert (config.load().rules.client_alerts, config.load().rules.client_alerts_examples) == ("per_broker", 5)
+    path = tmp_path / "c.yaml"
+    path.write_text("rules:\n  client.alerts: per_client\n  client.alerts.max.per.cluster: 50\n")
+    rules = config.load(path).rules
+    assert (rules.client_alerts, rules.client_alerts_max_per_cluster) == ("per_client", 50)

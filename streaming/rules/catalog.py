@@ -28,6 +28,13 @@ class Rule:
     summary: str
     one_shot: bool = False
     pending_setting: str | None = None  # RuleSettings attribute holding the pending period
+    # a per-client rule's summary when its clients' incidents are rolled up (streaming.rules.rollup):
+    # {client_count}, and {scope}: "broker 3" or "cluster c1"
+    clients_summary: str | None = None
+
+    @property
+    def per_client(self) -> bool:
+        return self.clients_summary is not None
 
     def pending_ms(self, settings: RuleSettings) -> int:
         return getattr(settings, self.pending_setting) if self.pending_setting else 0
@@ -46,11 +53,14 @@ _RULES = [
     Rule("ControllerFailover", Severity.info, "Controller moved to {controller_id} (epoch {controller_epoch})", one_shot=True),
     Rule("MetadataEpochRegression", Severity.critical, "Controller {controller_id} issued a metadata epoch that did not increase"),
     Rule("BrokerMetadataLag", Severity.critical, "Broker {broker_id} serves metadata behind the controller"),
-    Rule("StaleMetadataResponse", Severity.warning, "Client {client_id} got stale metadata from broker {broker_id}"),
+    Rule("StaleMetadataResponse", Severity.warning, "Client {client_id} got stale metadata from broker {broker_id}",
+         clients_summary="{client_count} client(s) got stale metadata from {scope}"),
     Rule("OffsetCommitEpochRegression", Severity.warning, "Group {group_id} committed {topic}-{partition} with an older metadata epoch"),
-    Rule("ClientRebootstrapOverdue", Severity.warning, "Client {client_id} has had no metadata past the rebootstrap trigger"),
+    Rule("ClientRebootstrapOverdue", Severity.warning, "Client {client_id} has had no metadata past the rebootstrap trigger",
+         clients_summary="{client_count} client(s) of {scope} have had no metadata past the rebootstrap trigger"),
     Rule("RebootstrapRequired", Severity.warning, "Node {node_id} answers REBOOTSTRAP_REQUIRED"),
-    Rule("ClusterIdMismatch", Severity.critical, "Client {client_id} rebootstrapped into another cluster"),
+    Rule("ClusterIdMismatch", Severity.critical, "Client {client_id} rebootstrapped into another cluster",
+         clients_summary="{client_count} client(s) of {scope} rebootstrapped into another cluster"),
     Rule("ConnectionSetupTimeoutStorm", Severity.warning, "Connection setup timeouts to node {node_id} from many clients"),
 ]
 RULES: Mapping[str, Rule] = {r.name: r for r in _RULES}
