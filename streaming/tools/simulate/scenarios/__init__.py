@@ -23,6 +23,9 @@ _ALL = [
              brokers.rolling_restart),
     Scenario("partitioned_broker", "one broker loses the controller but keeps serving its old epoch, then heals",
              brokers.partitioned_broker),
+    Scenario("partitioned_broker_fleet", "one broker loses the controller but keeps serving its old epoch; every "
+             "client asks it once (--clients 10000: the volume per-client alerts roll up)",
+             brokers.partitioned_broker_fleet),
     Scenario("zombie_incarnation", "a broker restarts fast; its old process sends a heartbeat or two",
              brokers.zombie_incarnation),
     Scenario("duplicate_broker_id", "a second process with the same broker id; both keep heartbeating",

@@ -41,17 +41,41 @@ def rolling_restart(x: Script) -> None:
 
 
 def partitioned_broker(x: Script) -> None:
+    # k keeps answering clients with its old epoch: a few clients that hold a newer epoch (they
+    # just asked a healthy broker) ask k every metadata update interval until it heals
+    def probes(first: int, heal: int) -> list:
+        clients, update = x.sim.clients, x.shape.metadata_update_interval_ms
+        return [(t, clients[i % min(3, len(clients))])
+                for i, t in enumerate(range(first, heal - x.interval, update))]
+
+    _partition(x, probes)
+
+
+def partitioned_broker_fleet(x: Script) -> None:
+    # every client asks k once, all within one metadata update interval: each one's stale incident
+    # is open at the same time (the volume the per-client alerts' roll-up is for)
+    def probes(first: int, heal: int) -> list:
+        clients, update = x.sim.clients, x.shape.metadata_update_interval_ms
+        x.require(first + update < heal - x.interval, "metadata_update_interval_ms",
+                  "no time for every client to ask the partitioned broker",
+                  "use a metadata update interval below metadata.lag.grace.ms")
+        return [(first + i * update // len(clients), c) for i, c in enumerate(clients)]
+
+    _partition(x, probes)
+
+
+def _partition(x: Script, probes_between) -> None:
+    """Broker k loses the controller but keeps serving its old epoch to the clients
+    ``probes_between(first_probe, heal)`` lists ((time, client), ...), then heals."""
     s, sim, k = x.settings, x.sim, x.pick
     t0, update = x.incident_at, x.shape.metadata_update_interval_ms
     T, P, lag_grace = s.controller_heartbeat_timeout_ms, s.heartbeat_timeout_pending_ms, s.metadata_lag_grace_ms
     heal = t0 + max(T + P, update + lag_grace) + 4 * x.interval
     healthy = x.other_broker(k)
     x.at(t0, lambda: sim.cut_from_controller(x.broker(k), keep_serving=True))
-    # k keeps answering clients with its old epoch: a few clients that hold a newer epoch (they
-    # just asked a healthy broker) ask k every metadata update interval until it heals
+    # a client that holds a newer epoch (it just asked a healthy broker) asks k
     first_probe = t0 + update + x.shape.max_apply_lag_ms + x.interval
-    probes = [(t, sim.clients[i % min(3, len(sim.clients))])
-              for i, t in enumerate(range(first_probe, heal - x.interval, update))]
+    probes = probes_between(first_probe, heal)
     x.require(bool(probes), "metadata_update_interval_ms", "no time to probe the partitioned broker",
               "use a metadata update interval below metadata.lag.grace.ms")
     for t, c in probes:
@@ -70,9 +94,12 @@ def partitioned_broker(x: Script) -> None:
         x.expect("BrokerMetadataLag", broker_id=k, not_before=first_missed,
                  not_after=first_missed + x.shape.max_apply_lag_ms + lag_grace + x.slack,
                  resolves_by=caught_up + x.slack, why="the others applied a newer epoch metadata.lag.grace.ms ago")
-        stale = [f for f in x.facts("stale_response") if f[3] == k]
+        stale: dict[str, list[int]] = {}   # client id -> when k answered it stale
+        for f in x.facts("stale_response"):
+            if f[3] == k:
+                stale.setdefault(f[2], []).append(f[1])
         for c in probed:
-            mine = [f[1] for f in stale if f[2] == c.client_id]
+            mine = stale[c.client_id]
             x.expect("StaleMetadataResponse", broker_id=k, client_id=c.client_id, not_before=first_missed,
                      not_after=min(mine) + x.slack, resolves_by=max(mine) + s.stale_incident_quiet_ms + x.slack,
                      why="the client holds a newer epoch than the one the partitioned broker answered")
