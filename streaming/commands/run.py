@@ -36,26 +36,31 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 def build_sinks(settings: config.Settings, console: bool):
     """The job's sinks, its metrics and its status board (both served on sinks.metrics.port)."""
+    from streaming.rules.rollup import RollupPolicy, is_rollup
+    from streaming.sinks.alert_history import read_alert_history
     from streaming.sinks.console import ConsoleSink
     from streaming.sinks.kafka import KafkaOutputSink
     from streaming.sinks.metrics import Metrics
+    from streaming.sinks.rollup_stage import RollupStage
     from streaming.sinks.status import StatusBoard
 
     metrics, board = Metrics(), StatusBoard(lag_grace_ms=settings.rules.metadata_lag_grace_ms)
     if settings.sinks.metrics_port:
         metrics.serve(settings.sinks.metrics_port, settings.sinks.metrics_address, status=board)
-    sinks = [KafkaOutputSink(settings), metrics, board]
-    from streaming.sinks.alert_history import read_alert_history
-
+    # the roll-up first (it completes the batch), Alertmanager after the alerts topic (a roll-up is
+    # delivered only once it is on record: streaming.rules.rollup)
+    rollup = RollupStage(RollupPolicy.from_settings(settings.rules))
+    sinks = [rollup, KafkaOutputSink(settings), metrics, board]
     # After a restart: what was firing is re-sent and counted again (the alerts topic is the record).
     latest = list(read_alert_history(settings).values())
-    metrics.seed_alerts(latest)
-    board.seed(latest)
+    metrics.seed_alerts([r for r in latest if not is_rollup(r)])   # the gauges count the clients' incidents
+    pages = rollup.seed(latest)
+    board.seed(pages)   # the incidents on-call sees, as Alertmanager has them
     if settings.sinks.alertmanager_urls():
         from streaming.sinks.alertmanager import AlertmanagerSink
 
         am = AlertmanagerSink.from_settings(settings.sinks, metrics)
-        am.seed(latest)
+        am.seed(pages)
         sinks.append(am)
     if console:
         sinks.append(ConsoleSink())

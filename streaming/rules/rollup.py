@@ -50,6 +50,7 @@ FIRING, RESOLVED = "firing", "resolved"
 ROLLED_UP = "rolled_up"
 # a roll-up's own annotations
 CLIENT_COUNT = "client_count"
+PEAK_CLIENT_COUNT = "client_count_peak"   # the most clients it counted at once
 EXAMPLE_CLIENTS = "example_clients"
 
 
@@ -99,8 +100,8 @@ class Rollup:
     event_time: int
     members: dict[str, str] = field(default_factory=dict)   # incident fingerprint -> client id
     clients: Counter = field(default_factory=Counter)        # client id -> its incidents counted here
-    annotations: dict | None = None                          # as last emitted; None: not yet
-    grown: bool = False                                      # clients came since the last record
+    peak: int = 0                                            # the most clients a record of it counted
+    grown: bool = False                                      # clients came since its last record
 
     @classmethod
     def opened_by(cls, record: Mapping, labels: tuple, scope: str) -> "Rollup":
@@ -204,31 +205,33 @@ class ClientRollup:
         return None if self.alone[_kind(record)] < self.policy.max_per_cluster else PER_BROKER
 
     def _record(self, rollup: Rollup, status: str, ends_at: int | None = None) -> dict:
-        """The roll-up's alert record; a resolution keeps the annotations it last fired with."""
+        """The roll-up's alert record: as it stands, or its resolution (which tells the peak: the
+        count when the last client left is an accident of where the micro-batches were cut)."""
         if status == FIRING:
-            rollup.annotations, rollup.grown = self._annotations(rollup), False
+            rollup.peak, rollup.grown = max(rollup.peak, len(rollup.clients)), False
+            annotations = self._annotations(rollup)
+        else:
+            annotations = _resolved_annotations(rollup.labels, rollup.peak)
         labels = dict(rollup.labels)
         fp = rollup.fingerprint
         # an update's id says what it holds: a replayed batch gives the same ids, a new count a new one
         event_id = f"{fp}:{status}" if status == RESOLVED else \
-            f"{fp}:{status}:{rollup.annotations[CLIENT_COUNT]}:{rollup.event_time}"
+            f"{fp}:{status}:{annotations[CLIENT_COUNT]}:{rollup.event_time}"
         return {"event_type": "alert", "event_id": event_id, "cluster_id": labels["cluster"],
                 "event_time": rollup.event_time, "alertname": labels["alertname"], "severity": labels["severity"],
-                "status": status, "labels": labels, "annotations": dict(rollup.annotations),
+                "status": status, "labels": labels, "annotations": annotations,
                 "starts_at": rollup.starts_at, "ends_at": ends_at, "fingerprint": fp}
 
     def _annotations(self, rollup: Rollup) -> dict[str, str]:
         labels = dict(rollup.labels)
-        name, count = labels["alertname"], len(rollup.clients)
-        where = f"broker {labels['broker_id']}" if "broker_id" in labels else f"cluster {labels['cluster']}"
+        count = len(rollup.clients)
         examples = heapq.nsmallest(self.policy.examples, rollup.clients)
         description = f"{count} client(s)" + (f", e.g. {', '.join(examples)}" if examples else "")
         if self.policy.mode == PER_CLIENT:
             description += (f"; beyond the {self.policy.max_per_cluster} of cluster {labels['cluster']} "
                             f"alerted one by one")
-        return {"summary": RULES[name].clients_summary.format(client_count=count, scope=where),
-                "description": description, "runbook_url": f"{RUNBOOK_BASE}#{name.lower()}",
-                CLIENT_COUNT: str(count), EXAMPLE_CLIENTS: ",".join(examples)}
+        return {**_common_annotations(rollup.labels, count), "description": description,
+                CLIENT_COUNT: str(count), PEAK_CLIENT_COUNT: str(rollup.peak), EXAMPLE_CLIENTS: ",".join(examples)}
 
     # --- after a restart ---------------------------------------------------------------------
 
@@ -265,19 +268,40 @@ class ClientRollup:
             if rollup is not None and labels not in written:
                 rollup.fingerprint, rollup.starts_at = record["fingerprint"], int(record["starts_at"])
                 rollup.event_time = max(rollup.event_time, int(record["event_time"]))
+                rollup.peak = _peak(record)
                 written[labels] = dict(record.get("annotations") or {})
                 continue
             ends_at = max(last_end.get(labels, 0), int(record["event_time"]))   # its clients all resolved
             resolutions.append({**record, "status": RESOLVED, "event_id": f"{record['fingerprint']}:{RESOLVED}",
-                                "event_time": ends_at, "ends_at": ends_at})
+                                "event_time": ends_at, "ends_at": ends_at,
+                                "annotations": _resolved_annotations(labels, _peak(record))})
         current = {labels: self._record(rollup, FIRING) for labels, rollup in self.open.items()}
         self.repairs = resolutions + [r for labels, r in current.items() if written.get(labels) != r["annotations"]]
         delivered_alone = [r for r in latest if not rolled_up(r) and not (is_rollup(r) and r["status"] == FIRING)]
         return delivered_alone + resolutions + list(current.values())
 
 
+def _common_annotations(labels: tuple, count: int) -> dict[str, str]:
+    named = dict(labels)
+    name = named["alertname"]
+    where = f"broker {named['broker_id']}" if "broker_id" in named else f"cluster {named['cluster']}"
+    return {"summary": RULES[name].clients_summary.format(client_count=count, scope=where),
+            "runbook_url": f"{RUNBOOK_BASE}#{name.lower()}"}
+
+
+def _resolved_annotations(labels: tuple, peak: int) -> dict[str, str]:
+    return {**_common_annotations(labels, peak), "description": f"resolved: at most {peak} client(s) at once",
+            CLIENT_COUNT: "0", PEAK_CLIENT_COUNT: str(peak), EXAMPLE_CLIENTS: ""}
+
+
 def _marked(record: dict, scope: str) -> dict:
     return {**record, "annotations": {**record["annotations"], ROLLED_UP: scope}}
+
+
+def _peak(record: Mapping) -> int:
+    """The peak a roll-up record tells."""
+    annotations = record.get("annotations") or {}
+    return int(annotations.get(PEAK_CLIENT_COUNT) or annotations.get(CLIENT_COUNT) or 0)
 
 
 def _kind(record: Mapping) -> tuple[str, str]:

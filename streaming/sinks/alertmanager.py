@@ -97,8 +97,9 @@ class AlertmanagerSink:
         return self.backlog
 
     def write(self, batch) -> None:
-        """Dispatcher sink (``streaming.sinks.base``): the batch's alert records, then wake the threads."""
-        self.add(batch.alerts)
+        """Dispatcher sink (``streaming.sinks.base``): the batch's alerts to deliver (its pages: per-client
+        alerts rolled up), then wake the threads."""
+        self.add(batch.pages)
         self.flush()
 
     def close(self, timeout_s: float | None = None) -> int:

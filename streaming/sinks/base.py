@@ -1,6 +1,7 @@
 """foreachBatch: parse the processor's output rows once and hand them to pluggable sinks
 (quixstreams style: each sink has ``write(batch)`` and ``close()``; one file per sink in this
-package: kafka, alertmanager, metrics, status, console, jsonl, memory)."""
+package: kafka, alertmanager, metrics, status, console, jsonl, memory). The roll-up of per-client
+alerts (rollup_stage) is a sink too, the first one: it completes the batch for the ones after it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import threading
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from streaming.rules.rollup import rolled_up
 
 
 @dataclass
@@ -18,6 +21,14 @@ class OutputBatch:
     broker_status: list[dict] = field(default_factory=list)
     summaries: list[dict] = field(default_factory=list)
     dead_letters: list[dict] = field(default_factory=list)  # payload + raw_key/raw_value bytes
+    # roll-ups of the per-client alerts, made on the driver (streaming.sinks.rollup_stage)
+    rollups: list[dict] = field(default_factory=list)
+
+    @property
+    def pages(self) -> list[dict]:
+        """The alerts to deliver to people: every alert but the per-client ones a roll-up stands
+        for, then the roll-ups."""
+        return [a for a in self.alerts if not rolled_up(a)] + self.rollups
 
     @property
     def late_events(self) -> int:

@@ -19,7 +19,7 @@ class ConsoleSink:
         self.color = stream.isatty() if color is None else color
 
     def write(self, batch: OutputBatch) -> None:
-        for a in batch.alerts:
+        for a in batch.pages:   # the per-client alerts a roll-up stands for are its one line
             labels = " ".join(f"{k}={v}" for k, v in sorted(a["labels"].items())
                               if k not in ("alertname", "severity"))
             sev = a["severity"]

@@ -15,7 +15,7 @@ class JsonLinesSink:
         self.alerts, self.transitions, self.dead_letters = alerts, transitions, dead_letters
 
     def write(self, batch: OutputBatch) -> None:
-        for a in batch.alerts:
+        for a in batch.alerts + batch.rollups:
             self.alerts.write(json.dumps(a, sort_keys=True) + "\n")
         if self.transitions is not None:
             for t in batch.transitions:

@@ -37,9 +37,12 @@ class KafkaOutputSink:
     def write(self, batch: OutputBatch) -> None:
         from udfs.dead_letters import DeadLetter
 
-        if batch.alerts:
-            self.producer.send(batch.alerts, self.alerts_topic)
-            self.producer.flush()
+        # the per-client records before the roll-ups that count them: a roll-up in the topic always
+        # has its clients there (what a restart rebuilds the roll-ups from, streaming.rules.rollup)
+        for records in (batch.alerts, batch.rollups):
+            if records:
+                self.producer.send(records, self.alerts_topic)
+                self.producer.flush()
         # "published": the source produced it from its read task already (kafka_packs)
         letters = [d for d in batch.dead_letters if not d.get("published")]
         if letters:

@@ -67,7 +67,7 @@ class StatusBoard:
     def write(self, batch) -> None:
         now = self.clock()
         with self._lock:
-            self._take_alerts(batch.alerts)   # first: a reset's resolutions come in the same batch
+            self._take_alerts(batch.pages)   # first: a reset's resolutions come in the same batch
             for summary in batch.summaries:
                 if summary.get("kind") == RESET_SUMMARY:
                     self._forget(summary["cluster_id"])
@@ -347,4 +347,4 @@ def _cluster_of(record: Mapping) -> str:
 def _clusters_of(batch) -> set[str]:
     return ({str(r["cluster_id"]) for r in batch.broker_status}
             | {str(s["cluster_id"]) for s in batch.summaries if s.get("kind") != RESET_SUMMARY}
-            | {_cluster_of(a) for a in batch.alerts})
+            | {_cluster_of(a) for a in batch.pages})

@@ -12,6 +12,7 @@ from streaming.rules.catalog import RULES, alert_record
 from streaming.rules.rollup import (
     CLIENT_COUNT,
     EXAMPLE_CLIENTS,
+    PEAK_CLIENT_COUNT,
     PER_BROKER,
     PER_CLIENT,
     PER_CLUSTER,
@@ -66,7 +67,8 @@ def pages(policy: RollupPolicy, batches: list[list[dict]]) -> list[list[tuple]]:
 def _short(record: dict) -> tuple:
     labels = record["labels"]
     whose = labels.get("client_id") or (f"broker {labels['broker_id']}" if "broker_id" in labels else labels["cluster"])
-    count = record["annotations"].get(CLIENT_COUNT)
+    # a roll-up's count; a resolved one's is the peak (the most clients it counted at once)
+    count = record["annotations"].get(CLIENT_COUNT if record["status"] == "firing" else PEAK_CLIENT_COUNT)
     return record["alertname"], whose, record["status"], None if count is None else int(count)
 
 
@@ -84,8 +86,8 @@ CASES = [
     (5, BROKER, [[A], [B]], [[(S, "broker 3", "firing", 1)], [(S, "broker 3", "firing", 2)]],
      "a client joining later updates the count (the same alert: see the fingerprint test)"),
     (6, BROKER, [[A, B], [ended(A, 5000)], [ended(B, 6000)]],
-     [[(S, "broker 3", "firing", 2)], [(S, "broker 3", "firing", 1)], [(S, "broker 3", "resolved", 1)]],
-     "a client leaving updates the count; the roll-up resolves with the last client, with the count it last had"),
+     [[(S, "broker 3", "firing", 2)], [(S, "broker 3", "firing", 1)], [(S, "broker 3", "resolved", 2)]],
+     "a client leaving updates the count; the roll-up resolves with the last client, telling its peak"),
     (7, CLUSTER, [[A, stale("a", broker=4), stale("b", broker=4)]], [[(S, "c1", "firing", 2)]],
      "per cluster: one alert for both brokers, counting clients (a stale from two brokers is one client)"),
     (8, CLIENT, [[A, B, C]], [[(S, "a", "firing", None), (S, "b", "firing", None), (S, "broker 3", "firing", 1)]],
