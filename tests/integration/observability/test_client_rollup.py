@@ -165,7 +165,8 @@ def test_a_restart_mid_incident_keeps_the_one_alert(fleet, job_settings, alertma
             stale = [a for a in in_alertmanager(alertmanager) if a["labels"]["alertname"] == STALE]
             if incidents.clients():
                 (alert,) = stale
-                assert (alert["fingerprint"], alert["startsAt"]) == (alert_before["fingerprint"], alert_before["startsAt"])
+                assert alert["fingerprint"] == alert_before["fingerprint"], "the same alert to Alertmanager"
+                assert alert["startsAt"] == alert_before["startsAt"]
                 assert alert["annotations"][CLIENT_COUNT] == str(incidents.clients())
             else:
                 assert stale == []
