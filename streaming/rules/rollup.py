@@ -6,10 +6,10 @@ ClusterIdMismatch) find one incident per client. ``rules.client.alerts`` says ho
 
 - ``per_broker`` (the default): one alert per cluster, alert name and broker (per cluster and alert
   name for the alerts without a broker). It fires when the first client's incident fires, resolves
-  when the last one resolves, and carries ``client_count`` and ``example_clients`` (the first
-  ``client.alerts.examples`` client ids, sorted) as annotations: a client coming or going re-sends
-  the same labels with new annotations, which Alertmanager takes as an update of the alert it
-  holds, not as a new alert to page for.
+  when the last one resolves (telling the most clients it counted at once), and carries
+  ``client_count`` and ``example_clients`` (the first ``client.alerts.examples`` client ids, sorted)
+  as annotations: a client coming or going re-sends the same labels with new annotations, which
+  Alertmanager takes as an update of the alert it holds, not as a new alert to page for.
 - ``per_cluster``: one alert per cluster and alert name.
 - ``per_client``: each client's incident alone, while fewer than ``client.alerts.max.per.cluster``
   of the cluster's incidents of that alert name are alerted alone; the ones beyond roll up per
@@ -100,8 +100,8 @@ class Rollup:
     event_time: int
     members: dict[str, str] = field(default_factory=dict)   # incident fingerprint -> client id
     clients: Counter = field(default_factory=Counter)        # client id -> its incidents counted here
-    peak: int = 0                                            # the most clients a record of it counted
-    grown: bool = False                                      # clients came since its last record
+    peak: int = 0                                            # the most clients it counted at once
+    announced: bool = False                                  # a firing record of it has been emitted
 
     @classmethod
     def opened_by(cls, record: Mapping, labels: tuple, scope: str) -> "Rollup":
@@ -116,6 +116,7 @@ class Rollup:
         client = record["labels"]["client_id"]
         self.members[record["fingerprint"]] = client
         self.clients[client] += 1
+        self.peak = max(self.peak, len(self.clients))
 
     def remove(self, fp: str) -> None:
         client = self.members.pop(fp)
@@ -163,7 +164,6 @@ class ClientRollup:
                 if rollup is None:
                     rollup = self.open[labels] = Rollup.opened_by(record, labels, scope)
                 rollup.add(record)
-                rollup.grown = True
             self.members[fp] = rollup
         if rollup is None:
             return None
@@ -183,9 +183,9 @@ class ClientRollup:
             if not self.alone[kind]:
                 del self.alone[kind]
             return None
-        if rollup.grown:
-            # the count is at a peak (clients came since the last record, and now one goes): on record,
-            # so that a roll-up opened and closed within one batch still tells how many it counted
+        if not rollup.announced:
+            # opened in this batch and a client already goes: on record as it stands before, so that
+            # a roll-up opened and closed within one batch still fired, with the clients it counted
             rollups.append(self._record(rollup, FIRING))
         rollup.event_time = max(rollup.event_time, int(record["event_time"]))
         rollup.remove(fp)
@@ -208,7 +208,7 @@ class ClientRollup:
         """The roll-up's alert record: as it stands, or its resolution (which tells the peak: the
         count when the last client left is an accident of where the micro-batches were cut)."""
         if status == FIRING:
-            rollup.peak, rollup.grown = max(rollup.peak, len(rollup.clients)), False
+            rollup.announced = True
             annotations = self._annotations(rollup)
         else:
             annotations = _resolved_annotations(rollup.labels, rollup.peak)
@@ -268,7 +268,7 @@ class ClientRollup:
             if rollup is not None and labels not in written:
                 rollup.fingerprint, rollup.starts_at = record["fingerprint"], int(record["starts_at"])
                 rollup.event_time = max(rollup.event_time, int(record["event_time"]))
-                rollup.peak = _peak(record)
+                rollup.peak, rollup.announced = max(rollup.peak, _peak(record)), True
                 written[labels] = dict(record.get("annotations") or {})
                 continue
             ends_at = max(last_end.get(labels, 0), int(record["event_time"]))   # its clients all resolved
