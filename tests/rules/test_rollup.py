@@ -110,6 +110,10 @@ CASES = [
     (15, BROKER, [[A, ended(A, 5000), stale("b", 6000)]],
      [[(S, "broker 3", "firing", 1), (S, "broker 3", "resolved", 1), (S, "broker 3", "firing", 1)]],
      "the last client gone resolves the roll-up at once: a later client opens a new one, whatever the batches"),
+    (16, BROKER, [[A, B, ended(A, 5000), stale("d", 5500), ended(B, 6000)], [ended(stale("d", 5500), 9000)]],
+     [[(S, "broker 3", "firing", 2), (S, "broker 3", "firing", 1)], [(S, "broker 3", "resolved", 2)]],
+     "clients churning within a batch: announced once when the first one leaves, then as the batch ends; "
+     "the resolution tells the most it counted at once"),
 ]
 
 
