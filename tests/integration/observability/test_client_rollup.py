@@ -91,7 +91,7 @@ def test_ten_thousand_clients_of_a_partitioned_broker_are_one_alert(fleet, job_s
     """per_broker (the default): one StaleMetadataResponse alert for broker k whatever the number of
     clients, updated in place (Alertmanager's own fingerprint and startsAt stay) as the count grows."""
     k, batches = fleet
-    sinks, _ = build_sinks(job_settings(), console=False)
+    sinks, _metrics, _board = build_sinks(job_settings(), console=False)
     rollup_labels = frozenset({"alertname": STALE, "cluster": "cluster-a", "severity": "warning",
                                "broker_id": k}.items())
     incidents, seen, peak = Incidents(), set(), 0
@@ -117,7 +117,7 @@ def test_ten_thousand_clients_of_a_partitioned_broker_are_one_alert(fleet, job_s
 def test_per_client_alerts_are_capped_and_the_rest_rolled_up(fleet, job_settings, alertmanager):
     k, batches = fleet
     settings = job_settings(**{"rules.client.alerts": "per_client", "rules.client.alerts.max.per.cluster": 20})
-    sinks, _ = build_sinks(settings, console=False)
+    sinks, _metrics, _board = build_sinks(settings, console=False)
     incidents, at_peak = Incidents(), None
     try:
         for batch_id, alerts in enumerate(batches):
@@ -142,7 +142,7 @@ def test_a_restart_mid_incident_keeps_the_one_alert(fleet, job_settings, alertma
     computed again (replayed) without counting any client twice."""
     _, batches = fleet
     settings = job_settings()
-    sinks, _ = build_sinks(settings, console=False)
+    sinks, _metrics, _board = build_sinks(settings, console=False)
     incidents, alert_before = Incidents(), None
     try:
         for batch_id, alerts in enumerate(batches):
@@ -154,7 +154,7 @@ def test_a_restart_mid_incident_keeps_the_one_alert(fleet, job_settings, alertma
     finally:
         Dispatcher(sinks).close()
     assert alert_before is not None and alert_before["annotations"][CLIENT_COUNT] == str(CLIENTS)
-    restarted, metrics = build_sinks(settings, console=False)
+    restarted, metrics, _board = build_sinks(settings, console=False)
     firing = metrics.registry.get_sample_value("epochwatch_alerts_firing", {
         "cluster": "cluster-a", "alertname": STALE, "severity": "warning"})
     assert firing == CLIENTS, "the firing gauge counts the clients' incidents, seeded from the alerts topic"
