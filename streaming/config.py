@@ -196,6 +196,114 @@ class RuleSettings:
         return self.fast_paths == "on"
 
 
+# --- sinks.labels: how alerts are labelled where they leave the job -------------------------------
+
+# Prometheus' label names (the classic, not the UTF-8, rule: what every Alertmanager accepts);
+# names starting with __ are reserved for Prometheus' own use
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+@dataclass(frozen=True)
+class AlertLabelSettings:
+    """``sinks.labels``: the labels alerts carry in Alertmanager and in the alerts topic
+    (streaming.sinks.labels applies them). Presentation only: detection, state and fingerprints
+    stay keyed on the cluster id whatever these say."""
+
+    # the label that carries the Kafka cluster id: not `cluster`, which Kubernetes / Thanos
+    # stacks set to their own cluster's name (external labels, target labels)
+    cluster_label: str = field(default="kafka_cluster", metadata=_alias("cluster.name"))
+    # labels every alert carries, e.g. {team: kafka, env: prod}
+    static: Mapping[str, str] = field(default_factory=dict, metadata=_alias("static"))
+    # cluster id -> a name people know the cluster by, in the label <cluster.name>_alias
+    aliases: Mapping[str, str] = field(default_factory=dict, metadata=_alias("aliases"))
+
+    @property
+    def alias_label(self) -> str:
+        return f"{self.cluster_label}_alias"
+
+    def problems(self) -> Iterator[ConfigError]:
+        from streaming.rules.catalog import CLUSTER_LABEL, RULE_LABELS
+
+        # `cluster` is the rules' name for the id, not a label they send: cluster.name may keep it
+        # (the labels of earlier versions), a static label may take it (the Kubernetes cluster's name)
+        taken = RULE_LABELS - {CLUSTER_LABEL}
+        yield from _label_name_problems("sinks.labels.cluster.name", self.cluster_label, taken, "e.g. kafka_cluster")
+        own = {self.cluster_label: "the label of the cluster id (sinks.labels.cluster.name)",
+               self.alias_label: "the label of the cluster's alias (sinks.labels.aliases)"}
+        for name, value in self.static.items():
+            static_key = f"sinks.labels.static.{name}"
+            name_ok = yield from _label_name_problems(static_key, name, taken, "e.g. team or env")
+            if name_ok and name in own:
+                yield ConfigError(static_key, f"{name} is {own[name]}",
+                                  "remove it here, or rename sinks.labels.cluster.name")
+            if not value.strip():
+                yield ConfigError(static_key, "is empty (Alertmanager drops a label without a value)",
+                                  "give it a value, or remove the line")
+        seen: dict[str, str] = {}
+        for cluster_id, alias in self.aliases.items():
+            alias_key = f"sinks.labels.aliases.{cluster_id}"
+            if not alias.strip():
+                yield ConfigError(alias_key, "is empty",
+                                  "give the cluster's name, e.g. payments-prod, or remove the line")
+            elif alias in seen:
+                yield ConfigError(alias_key, f"{alias!r} is the alias of cluster {seen[alias]} too",
+                                  "give each cluster its own alias: on-call must tell them apart")
+            seen.setdefault(alias, cluster_id)
+
+
+def _label_name_problems(key: str, name: str, taken: frozenset, example: str):
+    """Yields what is wrong with a label name; returns whether it is usable."""
+    if not LABEL_NAME.fullmatch(name) or name.startswith("__"):
+        yield ConfigError(key, f"{name!r} is not a Prometheus label name",
+                          f"use letters, digits and _, not starting with a digit or __ ({example})")
+        return False
+    if name in taken:
+        yield ConfigError(key, f"{name!r} is a label epochwatch's rules set ({', '.join(sorted(taken))})",
+                          f"pick another name ({example})")
+        return False
+    return True
+
+
+def _take_label_block(sinks: Any, problems: list[ConfigError]) -> dict:
+    """Remove ``sinks.labels`` from the raw sinks section, nested (YAML) or dotted (``--set
+    sinks.labels.static.team=kafka``), and return it with its mappings' entries checked: a value
+    YAML read as null, a boolean or a structure is refused here, naming its key."""
+    if not isinstance(sinks, dict):
+        return {}
+    block: dict[str, Any] = {}
+    nested = sinks.pop("labels", None)
+    if nested is not None and not isinstance(nested, Mapping):
+        problems.append(ConfigError("sinks.labels", f"must be a mapping, not {nested!r}",
+                                    "indent cluster.name / static / aliases under labels:"))
+    elif nested:
+        block.update(nested)
+    for dotted in [k for k in sinks if str(k).startswith("labels.")]:
+        rest, value = dotted[len("labels."):], sinks.pop(dotted)
+        head, _, name = rest.partition(".")
+        if head in ("static", "aliases") and name:
+            known = block.get(head)
+            block[head] = {**(known if isinstance(known, Mapping) else {}), name: value}
+        else:
+            block[rest] = value
+    for head in ("static", "aliases"):
+        entries = block.get(head)
+        if not isinstance(entries, Mapping):
+            continue   # None: an empty section; anything else: _build names the key
+        kept = {}
+        for name, value in entries.items():
+            key = f"sinks.labels.{head}.{name}"
+            if value is None:
+                problems.append(ConfigError(key, "has no value", "give it one, e.g. team: kafka, or remove the line"))
+            elif isinstance(value, bool):
+                problems.append(ConfigError(key, f"YAML read {value} as a boolean", "quote the value, e.g. 'on'"))
+            elif not isinstance(value, (str, int, float)):
+                problems.append(ConfigError(key, f"{value!r} is not text", "write a plain string"))
+            else:
+                kept[str(name)] = value
+        block[head] = kept
+    return block
+
+
 @dataclass(frozen=True)
 class SinkSettings:
     """Where alerts and metrics go besides the Kafka alerts topic."""
@@ -207,6 +315,7 @@ class SinkSettings:
     metrics_port: int = field(default=9464, metadata=_alias("metrics.port"))
     metrics_address: str = field(default="127.0.0.1", metadata=_alias("metrics.address"))
     console: str = field(default="off", metadata={**_alias("console"), "choices": ("off", "on")})
+    labels: AlertLabelSettings = field(default_factory=AlertLabelSettings, metadata={"block": True})
 
     # --- Alertmanager delivery (streaming/sinks/alertmanager_http.py; checks: _alertmanager_problems) ---
     # Secrets: write ${ENV_NAME}. Basic auth or a bearer token, not both.
@@ -403,6 +512,7 @@ def _problems(settings: Settings) -> Iterator[ConfigError]:
         yield ConfigError("rules.socket.connection.setup.timeout.max.ms", "is below socket.connection.setup.timeout.ms",
                           "set the max at least as large as the base timeout (Kafka: 30000 vs 10000)")
     yield from _alertmanager_problems(settings.sinks)
+    yield from settings.sinks.labels.problems()
     if not _is_http_url(r.runbook_base_url) or "#" in r.runbook_base_url:
         yield ConfigError("rules.runbook.base.url", f"{r.runbook_base_url!r} is not an http(s) URL without a #fragment",
                           f"give the URL of your copy of docs/alerts.md, e.g. {RUNBOOK_BASE_URL}")
@@ -647,9 +757,12 @@ def load(path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | N
                 problems.append(exc)
     spark_conf = _string_map(raw.get("spark"), "spark", problems, "Spark conf names",
                              "e.g. spark: {spark.sql.shuffle.partitions: 8}")
+    label_block = _take_label_block(raw.get("sinks"), problems)
     sections = {name: _section(cls, name, raw.get(name, {}), problems)
                 for name, cls in (("kafka", KafkaSettings), ("rules", RuleSettings), ("sinks", SinkSettings),
                                   ("collect", CollectSettings))}
+    sections["sinks"] = dataclasses.replace(
+        sections["sinks"], labels=_build(AlertLabelSettings, "sinks.labels", label_block, problems))
     settings = Settings(**sections, spark=spark_conf, **top)
     _raise_all(problems + list(_problems(settings)))
     return settings

@@ -44,6 +44,23 @@ BAD = [
      "18-how per-client alerts are delivered is one of three modes"),
     ({"rules.client.alerts.examples": 1000}, "rules.client.alerts.examples", "at most 100",
      "19-a roll-up listing a thousand clients would be as large as the volume it avoids"),
+    ({"sinks.labels.cluster.name": "kafka-cluster"}, "sinks.labels.cluster.name", "letters, digits and _",
+     "20-Alertmanager refuses a label name that is not Prometheus' (every alert would be a 400)"),
+    ({"sinks.labels.static.severity": "high"}, "sinks.labels.static.severity", "pick another name",
+     "21-a static label must not override what routing reads from the rules (severity pages)"),
+    ({"sinks.labels.static.broker_id": "1"}, "sinks.labels.static.broker_id", "pick another name",
+     "22-nor an entity label of a rule: alerts of different brokers would look alike"),
+    ({"sinks.labels.cluster.name": "alertname"}, "sinks.labels.cluster.name", "e.g. kafka_cluster",
+     "23-the cluster id's label must not replace the alert's name"),
+    ({"sinks.labels.static.kafka_cluster": "x"}, "sinks.labels.static.kafka_cluster", "sinks.labels.cluster.name",
+     "24-a static label must not override the cluster id"),
+    ({"sinks.labels.static.team": None}, "sinks.labels.static.team", "give it one",
+     "25-YAML reads `team:` without a value as null: not the text 'None'"),
+    ({"sinks.labels.static.__name__": "x"}, "sinks.labels.static.__name__", "not starting with a digit or __",
+     "26-names starting with __ are Prometheus' own"),
+    ({"sinks.labels.aliases.a": "payments", "sinks.labels.aliases.b": "payments"}, "sinks.labels.aliases.b",
+     "own alias", "27-one alias for two clusters would page for both under one name"),
+    ({"sinks.labels.static.env": True}, "sinks.labels.static.env", "quote", "28-YAML reads an unquoted on/yes as true"),
 ]
 
 
@@ -216,3 +233,23 @@ def test_per_client_alerts_roll_up_per_broker_unless_asked_otherwise(tmp_path):
     path.write_text("rules:\n  client.alerts: per_client\n  client.alerts.max.per.cluster: 50\n")
     rules = config.load(path).rules
     assert (rules.client_alerts, rules.client_alerts_max_per_cluster) == ("per_client", 50)
+
+
+def test_alert_labels_in_the_yamls_own_shape(tmp_path):
+    """sinks.labels as a team writes it: nested, with the alias of a cluster id; --set adds to it."""
+    path = tmp_path / "labels.yaml"
+    path.write_text("sinks:\n"
+                    "  alertmanager.url: http://127.0.0.1:9093\n"
+                    "  labels:\n"
+                    "    cluster:\n"
+                    "      name: kafka_cluster_id\n"
+                    "    static: {team: kafka, env: prod}\n"
+                    "    aliases:\n"
+                    "      MkU3OEVBNTcwNTJENDM2Qg: payments-prod\n")
+    labels = config.load(path, {"sinks.labels.static.region": "eu-1"}).sinks.labels
+    assert labels == config.AlertLabelSettings(cluster_label="kafka_cluster_id",
+                                               static={"team": "kafka", "env": "prod", "region": "eu-1"},
+                                               aliases={"MkU3OEVBNTcwNTJENDM2Qg": "payments-prod"})
+    assert labels.alias_label == "kafka_cluster_id_alias"
+    assert config.load(path).sinks.alertmanager_url == "http://127.0.0.1:9093"   # the rest of sinks still read
+    assert config.load().sinks.labels == config.AlertLabelSettings(cluster_label="kafka_cluster", static={}, aliases={})

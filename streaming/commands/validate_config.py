@@ -34,7 +34,9 @@ def effective(settings: config.Settings) -> list[str]:
         values = getattr(settings, section)
         for f in fields(values):
             name, value = f"{section}.{f.metadata.get('yaml', f.name)}", getattr(values, f.name)
-            if name.endswith(".client"):
+            if f.metadata.get("block"):   # a nested block, e.g. sinks.labels
+                lines += _block_lines(name, value)
+            elif name.endswith(".client"):
                 lines += [f"{name}.{k} = {'***' if _secret(k) else redact(str(v))}" for k, v in sorted(value.items())]
             else:
                 shown = "null" if value is None else "***" if is_secret(name) else redact(str(value))
@@ -42,6 +44,17 @@ def effective(settings: config.Settings) -> list[str]:
     lines += [f"checkpoint_location = {redact(settings.checkpoint_location)}",
               f"trigger_interval = {settings.trigger_interval}"]
     lines += [f"spark.{k} = {'***' if _secret(k) else redact(str(v))}" for k, v in sorted(settings.spark.items())]
+    return lines
+
+
+def _block_lines(prefix: str, block) -> list[str]:
+    lines = []
+    for f in fields(block):
+        name, value = f"{prefix}.{f.metadata.get('yaml', f.name)}", getattr(block, f.name)
+        if isinstance(value, dict):
+            lines += [f"{name}.{k} = {redact(str(v))}" for k, v in sorted(value.items())]
+        else:
+            lines.append(f"{name} = {redact(str(value))}")
     return lines
 
 

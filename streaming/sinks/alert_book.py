@@ -101,12 +101,11 @@ def check_record(record: object) -> dict:
 
 
 def alertmanager_payload(record: dict, now_ms: int, settings: BookSettings) -> dict:
-    """The Alertmanager API v2 body (postableAlert) of an alert record at ``now_ms``."""
+    """The Alertmanager API v2 body (postableAlert) of an alert record at ``now_ms``, with the
+    record's labels as they are (the sink labelled it: streaming.sinks.labels)."""
     labels = {str(k): str(v) for k, v in (record.get("labels") or {}).items() if v not in (None, "")}
     labels.setdefault("alertname", record["alertname"])
     labels.setdefault("severity", record["severity"])
-    if record.get("cluster_id"):
-        labels.setdefault("cluster", record["cluster_id"])
     annotations = {str(k): str(v) for k, v in (record.get("annotations") or {}).items() if v not in (None, "")}
     starts_at = int(record["starts_at"])
     if record["status"] == RESOLVED:

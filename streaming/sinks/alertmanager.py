@@ -17,13 +17,15 @@ import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Sequence
 
 from streaming.sinks.alert_book import AlertBook, BookSettings, Delivery, Rejected
 from streaming.sinks.alertmanager_http import INVALID, OK, AlertmanagerClient, HttpOptions
 
+from streaming.sinks.labels import DEFAULT_LABELS, presented
+
 if TYPE_CHECKING:
-    from streaming.config import SinkSettings
+    from streaming.config import AlertLabelSettings, SinkSettings
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +48,16 @@ class AlertmanagerSink:
     ``urls`` are Alertmanager base URLs (``http://127.0.0.1:9093``), a sequence or comma-separated;
     every one gets every alert. ``http`` holds the credentials and TLS they share. ``clock`` returns
     seconds since the epoch (``time.time``); ``generator_url`` is the link Alertmanager shows as the
-    alert's source (the job's metrics endpoint by default).
+    alert's source (the job's metrics endpoint by default). ``labels`` (``sinks.labels``) says how the
+    rules' records are labelled on their way out (streaming.sinks.labels), as in the alerts topic.
     """
 
     def __init__(self, urls: str | Sequence[str], resend_interval_s: float = 60.0, timeout_s: float = 5.0,
                  clock: Callable[[], float] = time.time, *, generator_url: str = DEFAULT_GENERATOR_URL,
                  metrics: DeliveryMetrics | None = None, info_ttl_s: float = 300.0,
                  backoff_initial_s: float = 0.5, backoff_max_s: float = 60.0,
-                 rng: random.Random | None = None, http: HttpOptions = HttpOptions()):
+                 rng: random.Random | None = None, http: HttpOptions = HttpOptions(),
+                 labels: AlertLabelSettings = DEFAULT_LABELS):
         url_list = [u.strip() for u in (urls.split(",") if isinstance(urls, str) else urls) if u.strip()]
         if not url_list:
             raise ValueError("no Alertmanager URL: give at least one, e.g. http://127.0.0.1:9093")
@@ -65,26 +69,30 @@ class AlertmanagerSink:
         self.instances = [AlertmanagerInstance(c, book, clock, metrics, rng) for c in clients]
         self.timeout_s = timeout_s
         self._clock = clock
+        self._labels = labels
 
     @classmethod
     def from_settings(cls, sinks: SinkSettings, metrics: DeliveryMetrics | None = None) -> AlertmanagerSink:
         """The sink ``sinks.alertmanager.*`` and ``sinks.external.url`` describe."""
         return cls(sinks.alertmanager_urls(), resend_interval_s=sinks.alertmanager_resend_interval_s,
-                   generator_url=sinks.generator_url(), metrics=metrics, http=HttpOptions.from_settings(sinks))
+                   generator_url=sinks.generator_url(), metrics=metrics, http=HttpOptions.from_settings(sinks),
+                   labels=sinks.labels)
 
     # --- called by the job (must return in milliseconds) ---------------------------------
 
     def add(self, alert_records: Iterable[dict]) -> int:
-        """Queue a micro-batch's alert records; returns how many were refused as malformed."""
-        records, now_ms = list(alert_records), self._now_ms()
+        """Queue a micro-batch's alert records (as the rules emit them); returns how many were
+        refused as malformed."""
+        records, now_ms = [self._present(r) for r in alert_records], self._now_ms()
         rejected = [instance.add(records, now_ms) for instance in self.instances][0]   # the same for every book
         for r in rejected:
             log.error("alert record not deliverable to Alertmanager (kept in the alerts topic): %s", r.reason)
         return len(rejected)
 
     def seed(self, alert_records: Iterable[dict]) -> int:
-        """After a driver restart: rebuild the active set from the alerts topic's records."""
-        records, now_ms = list(alert_records), self._now_ms()
+        """After a driver restart: rebuild the active set from the alerts topic's records (in the
+        rules' form: streaming.sinks.alert_history reads them back so)."""
+        records, now_ms = [self._present(r) for r in alert_records], self._now_ms()
         return len([instance.seed(records, now_ms) for instance in self.instances][0])
 
     def flush(self, now: float | None = None) -> int:
@@ -120,6 +128,12 @@ class AlertmanagerSink:
     def backlogs(self) -> dict[str, int]:
         """Alert states each URL (credentials hidden) has not accepted yet."""
         return {instance.client.name: instance.backlog for instance in self.instances}
+
+    def _present(self, record):
+        if (isinstance(record, Mapping) and isinstance(record.get("labels") or {}, Mapping)
+                and isinstance(record.get("annotations") or {}, Mapping)):
+            return presented(record, self._labels)
+        return record   # the book refuses it, naming the field
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

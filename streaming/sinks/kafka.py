@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from streaming.config import Settings
 from streaming.sinks.base import OutputBatch
+from streaming.sinks.labels import presented
 
 
 class KafkaOutputSink:
-    """Alert records to the alerts topic (key = fingerprint), dead letters to the DLQ topic with
-    the reason and source coordinates in headers; flushes before the batch counts as done.
+    """Alert records to the alerts topic (key = fingerprint), labelled as in Alertmanager
+    (``sinks.labels``, streaming.sinks.labels), dead letters to the DLQ topic with the reason and
+    source coordinates in headers; flushes before the batch counts as done.
 
     With kafka.schema.registry.url the alert records carry the registry's id of the alert schema
     (registered if absent, udfs.registry_catalog), asked for once, when the sink is built: a
@@ -22,6 +24,7 @@ class KafkaOutputSink:
         k = settings.kafka
         client = {**dict(k.client), "bootstrap.servers": k.bootstrap_servers}
         self.alerts_topic = k.alerts_topic
+        self.labels = settings.sinks.labels
         # a broker away while a batch flushes is waited out as the source does (kafka.fetchOffset.*,
         # kafka.brokerUnavailable.maxWaitMs), not a failed batch that ends the query
         catalog = k.registry_catalog(k.alerts_topic)
@@ -41,7 +44,7 @@ class KafkaOutputSink:
         # has its clients there (what a restart rebuilds the roll-ups from, streaming.rules.rollup)
         for records in (batch.alerts, batch.rollups):
             if records:
-                self.producer.send(records, self.alerts_topic)
+                self.producer.send([presented(a, self.labels) for a in records], self.alerts_topic)
                 self.producer.flush()
         # "published": the source produced it from its read task already (kafka_packs)
         letters = [d for d in batch.dead_letters if not d.get("published")]

@@ -4,6 +4,7 @@ bound, nothing unexpected fires. The Spark + Kafka version is tests/integration/
 import pytest
 
 from streaming.engine.local import detect_all
+from streaming.rules.catalog import RULES
 from streaming.tools.simulate import SCENARIOS, check, run_scenario
 
 
@@ -14,6 +15,10 @@ def test_scenario_against_ground_truth(name):
     alerts = detect_all(result.events, truth.rule_settings(), until=truth.end_ms)
     report = check(alerts, truth)
     assert report.ok, report.summary()
+    # the labels each rule declares (catalog: what a deployment's own labels must not take) are
+    # exactly the labels its records carry
+    for a in alerts:
+        assert set(a["labels"]) == {"alertname", "cluster", "severity", *RULES[a["alertname"]].labels}, a
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

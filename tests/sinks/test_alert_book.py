@@ -11,6 +11,7 @@ from streaming.sinks.alert_book import (
     alertmanager_payload,
     latest_alert_states,
 )
+from streaming.sinks.labels import presented
 from streaming.times import utc_text
 from tests.support.alerts import rec
 
@@ -225,12 +226,12 @@ def test_latest_alert_states(num, why, records, expected):
 
 
 def test_payload_of_a_firing_alert():
-    record = rec("a", starts=T0)
-    record["labels"].pop("cluster")
+    record = presented(rec("a", starts=T0))   # as the sink holds it: labelled by sinks.labels
     record["labels"]["empty"] = ""
     payload = alertmanager_payload(record, T0 + 1000, SETTINGS)
     assert payload == {
-        "labels": {"alertname": "BrokerHeartbeatTimeout", "severity": "warning", "broker_id": "1", "cluster": "c1"},
+        "labels": {"alertname": "BrokerHeartbeatTimeout", "severity": "warning", "broker_id": "1",
+                   "kafka_cluster": "c1"},
         "annotations": {"summary": "s", "description": "d", "runbook_url": "docs/alerts.md#x"},
         "startsAt": "2023-11-14T22:13:20.000Z",
         # like Prometheus: 4 resend intervals, so a dead sender's alerts expire on their own
