@@ -10,7 +10,7 @@ from dashboards.selectors import broker_state_code, max_by, selector, sum_by
 
 UID = c.UID_BROKER_STATES
 TITLE = "epochwatch / Broker state timeline"
-BROKER_LEGEND = "{{cluster}} broker {{broker_id}}"
+BROKER_LEGEND = "{{kafka_cluster}} broker {{broker_id}}"
 STATE_ALERTS = ("BrokerHeartbeatTimeout", "BrokerStuckStopping", "BrokerNotReturned", "BrokerFlapping", "ClusterSilent")
 
 
@@ -34,7 +34,7 @@ def brokers_not_active_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("Brokers not ACTIVE per cluster")
         .description("A broker cut off from the controller keeps serving old metadata to clients.")
-        .with_target(c.query(sum_by(("cluster",), not_active), legend="{{cluster}}"))
+        .with_target(c.query(sum_by(("kafka_cluster",), not_active), legend="{{kafka_cluster}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .thresholds(c.thresholds(c.GREEN, (1, c.RED))).color_scheme(c.threshold_colors())
         .legend(c.legend()).tooltip(c.tooltip())
@@ -54,7 +54,7 @@ def state_changes_timeseries() -> timeseries.Panel:
 
 
 def current_states_table() -> table.Panel:
-    expr = max_by(("cluster", "broker_id", "state"), selector("epochwatch_broker_state")) + " == 1"
+    expr = max_by(("kafka_cluster", "broker_id", "state"), selector("epochwatch_broker_state")) + " == 1"
     return (
         table.Panel().title("Current state per broker")
         .description("One row per broker with the state the controller reports now.")

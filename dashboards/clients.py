@@ -49,7 +49,7 @@ def stale_clients_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("Clients on stale metadata per cluster")
         .description("Clients whose last metadata response was older than one they had accepted, per cluster.")
-        .with_target(c.query(sum_by(("cluster",), selector("epochwatch_clients_stale_metadata")), legend="{{cluster}}"))
+        .with_target(c.query(sum_by(("kafka_cluster",), selector("epochwatch_clients_stale_metadata")), legend="{{kafka_cluster}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE), (10, c.RED))).thresholds_style(c.threshold_lines())
         .legend(c.legend()).tooltip(c.tooltip())
@@ -61,7 +61,7 @@ def overdue_rebootstrap_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("Clients overdue for rebootstrap per cluster")
         .description("Clients past metadata.recovery.rebootstrap.trigger.ms without usable metadata, per cluster.")
-        .with_target(c.query(sum_by(("cluster",), selector("epochwatch_clients_rebootstrap_overdue")), legend="{{cluster}}"))
+        .with_target(c.query(sum_by(("kafka_cluster",), selector("epochwatch_clients_rebootstrap_overdue")), legend="{{kafka_cluster}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .thresholds(c.thresholds(c.GREEN, (1, c.RED))).thresholds_style(c.threshold_lines())
         .legend(c.legend()).tooltip(c.tooltip())
@@ -73,7 +73,7 @@ def client_alerts_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("Client alerts firing by alertname")
         .description("Open client-side incidents per cluster and alert name.")
-        .with_target(c.query(sum_by(("cluster", "alertname"), firing), legend="{{cluster}} {{alertname}}"))
+        .with_target(c.query(sum_by(("kafka_cluster", "alertname"), firing), legend="{{kafka_cluster}} {{alertname}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(24).height(8)
         .stacking(c.stacked()).fill_opacity(40)
         .legend(c.legend(table=True, calcs=("max", "lastNotNull"))).tooltip(c.tooltip())

@@ -2,7 +2,7 @@
 annotations, JSON.
 
 A dashboard module chains the SDK builders and uses these helpers so that the datasource,
-the ``cluster`` variable and the navigation look the same everywhere.
+the ``kafka_cluster`` variable and the navigation look the same everywhere.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from dashboards.metrics import BROKER_STATE_CODES
+from dashboards.metrics import BROKER_STATE_CODES, CLUSTER_LABEL
 from dashboards.selectors import CLUSTER_VARIABLE, max_by, selector
 
 TAG = "epochwatch"
@@ -85,8 +85,8 @@ def cluster_variable() -> dash.QueryVariable:
         dash.QueryVariable(CLUSTER_VARIABLE)
         .label("Kafka cluster")
         .datasource(datasource())
-        .query("label_values(epochwatch_broker_state, cluster)")
-        .definition("label_values(epochwatch_broker_state, cluster)")
+        .query(f"label_values(epochwatch_broker_state, {CLUSTER_LABEL})")
+        .definition(f"label_values(epochwatch_broker_state, {CLUSTER_LABEL})")
         .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(dm.VariableSort.NATURAL_ASC)
         .multi(True)
@@ -123,12 +123,12 @@ def alerts_firing_annotation(name: str, alertnames: tuple[str, ...] = ()) -> das
     """A region on every time-series panel while an alert fires (``alertnames``, or all of them):
     its start and end are the alert's transitions, titled with the alert and tagged with its labels."""
     firing = selector("epochwatch_alerts_firing", **({"alertname": alertnames} if alertnames else {}))
-    expr = f"{max_by(('cluster', 'alertname', 'severity'), firing)} > 0"
+    expr = f"{max_by(('kafka_cluster', 'alertname', 'severity'), firing)} > 0"
     return (
         dash.AnnotationQuery().name(name).datasource(datasource()).enable(True).icon_color(RED)
         .target(query(expr, ref_id="Anno").interval(ANNOTATION_STEP))
-        .title_format("{{alertname}} ({{severity}})").text_format("cluster {{cluster}}")
-        .tag_keys("cluster,alertname,severity")
+        .title_format("{{alertname}} ({{severity}})").text_format("Kafka cluster {{kafka_cluster}}")
+        .tag_keys("kafka_cluster,alertname,severity")
     )
 
 

@@ -14,7 +14,7 @@ TITLE = "epochwatch / Fleet overview"
 
 def clusters_stat() -> stat.Panel:
     return (
-        c.stat_panel("Clusters reporting", f"count({sum_by(('cluster',), selector('epochwatch_broker_state'))})",
+        c.stat_panel("Clusters reporting", f"count({sum_by(('kafka_cluster',), selector('epochwatch_broker_state'))})",
                      description="Kafka clusters with at least one broker known to epochwatch. Red at 0: "
                                  "no telemetry reaches the job.",
                      instant=True, span=4, height=4, thresholds=c.thresholds(c.RED, (1, c.GREEN)),
@@ -67,7 +67,7 @@ def active_brokers_per_cluster_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("ACTIVE brokers per cluster")
         .description("Brokers in state ACTIVE per cluster; a dip is a broker fenced, shut down or restarting.")
-        .with_target(c.query(sum_by(("cluster",), selector("epochwatch_broker_state", state="ACTIVE")), legend="{{cluster}}"))
+        .with_target(c.query(sum_by(("kafka_cluster",), selector("epochwatch_broker_state", state="ACTIVE")), legend="{{kafka_cluster}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .legend(c.legend()).tooltip(c.tooltip())
     )
@@ -84,7 +84,7 @@ def alerts_by_severity_timeseries() -> timeseries.Panel:
 
 
 def alerts_by_name_table() -> table.Panel:
-    expr = sum_by(("cluster", "alertname", "severity"), selector("epochwatch_alerts_firing")) + " > 0"
+    expr = sum_by(("kafka_cluster", "alertname", "severity"), selector("epochwatch_alerts_firing")) + " > 0"
     return (
         table.Panel().title("Alerts firing now by alertname")
         .description("One row per cluster, alert name and severity with the number of firing incidents.")

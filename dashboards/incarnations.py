@@ -10,7 +10,7 @@ from dashboards.selectors import RANGE_WINDOW, increase, max_by, selector, sum_b
 
 UID = c.UID_INCARNATIONS
 TITLE = "epochwatch / Incarnations and restarts"
-BROKER_LEGEND = "{{cluster}} broker {{broker_id}}"
+BROKER_LEGEND = "{{kafka_cluster}} broker {{broker_id}}"
 REGRESSION_ALERTS = ("BrokerIncarnationRegression", "DuplicateBrokerId")
 
 
@@ -36,7 +36,7 @@ def regressions_firing_stat() -> stat.Panel:
 
 
 def restarts_timeseries() -> timeseries.Panel:
-    expr = sum_by(("cluster", "broker_id"), increase("epochwatch_broker_restarts_total"))
+    expr = sum_by(("kafka_cluster", "broker_id"), increase("epochwatch_broker_restarts_total"))
     return (
         timeseries.Panel().title("Restarts per broker")
         .description("New incarnations (process starts) per broker in each interval.")
@@ -49,7 +49,7 @@ def restarts_timeseries() -> timeseries.Panel:
 
 
 def incarnation_timeseries() -> timeseries.Panel:
-    expr = max_by(("cluster", "broker_id"), selector("epochwatch_broker_incarnation"))
+    expr = max_by(("kafka_cluster", "broker_id"), selector("epochwatch_broker_incarnation"))
     return (
         timeseries.Panel().title("Incarnation id per broker")
         .description("Grows with every restart; a step down means an old process is still heartbeating.")
@@ -65,14 +65,14 @@ def regression_alerts_timeseries() -> timeseries.Panel:
     return (
         timeseries.Panel().title("Incarnation alerts firing")
         .description("Open incarnation regression, duplicate id and restart alerts per cluster and alert name.")
-        .with_target(c.query(sum_by(("cluster", "alertname"), firing), legend="{{cluster}} {{alertname}}"))
+        .with_target(c.query(sum_by(("kafka_cluster", "alertname"), firing), legend="{{kafka_cluster}} {{alertname}}"))
         .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
         .legend(c.legend()).tooltip(c.tooltip())
     )
 
 
 def restarts_table() -> table.Panel:
-    expr = sum_by(("cluster", "broker_id"), increase("epochwatch_broker_restarts_total", RANGE_WINDOW))
+    expr = sum_by(("kafka_cluster", "broker_id"), increase("epochwatch_broker_restarts_total", RANGE_WINDOW))
     return (
         table.Panel().title("Restarts per broker in the time range")
         .description("Brokers that restarted at least once in the time range, most restarts first.")

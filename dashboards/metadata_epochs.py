@@ -10,7 +10,7 @@ from dashboards.selectors import max_by, selector
 
 UID = c.UID_METADATA_EPOCHS
 TITLE = "epochwatch / Metadata epoch lag"
-BROKER_LEGEND = "{{cluster}} broker {{broker_id}}"
+BROKER_LEGEND = "{{kafka_cluster}} broker {{broker_id}}"
 # Lag in metadata updates: a few is normal propagation, many means the broker is cut off.
 LAG_WARNING, LAG_CRITICAL = 5, 50
 LAG_ALERTS = ("BrokerMetadataLag", "MetadataEpochRegression")
@@ -47,7 +47,7 @@ def lag_alerts_stat() -> stat.Panel:
 
 def cluster_epoch_stat() -> stat.Panel:
     return c.stat_panel("Controller metadata epoch",
-                        max_by(("cluster",), selector("epochwatch_cluster_metadata_epoch")), legend="{{cluster}}",
+                        max_by(("kafka_cluster",), selector("epochwatch_cluster_metadata_epoch")), legend="{{kafka_cluster}}",
                         description="The newest metadata epoch per cluster: a counter, neither good nor bad "
                                     "(not coloured).",
                         span=6, height=5, unit="none", thresholds=c.thresholds(c.BLUE),
@@ -59,7 +59,7 @@ def lag_timeseries() -> timeseries.Panel:
         timeseries.Panel().title("Metadata epoch lag per broker")
         .description("Controller metadata epoch minus the epoch the broker last applied. A broker that "
                      "keeps lagging serves old metadata (KAFKA-6262).")
-        .with_target(c.query(max_by(("cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch_lag")),
+        .with_target(c.query(max_by(("kafka_cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch_lag")),
                              legend=BROKER_LEGEND))
         .datasource(c.datasource()).unit("none").decimals(0).min(0).span(24).height(9)
         .thresholds(lag_thresholds()).thresholds_style(c.threshold_lines())
@@ -73,9 +73,9 @@ def epochs_timeseries() -> timeseries.Panel:
         timeseries.Panel().title("Cluster epoch and broker epochs")
         .description("The controller's metadata epoch and the epoch each broker last applied; a broker's line "
                      "that stays flat while the controller's climbs is cut off.")
-        .with_target(c.query(max_by(("cluster",), selector("epochwatch_cluster_metadata_epoch")),
-                             legend="{{cluster}} controller", ref_id="A"))
-        .with_target(c.query(max_by(("cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch")),
+        .with_target(c.query(max_by(("kafka_cluster",), selector("epochwatch_cluster_metadata_epoch")),
+                             legend="{{kafka_cluster}} controller", ref_id="A"))
+        .with_target(c.query(max_by(("kafka_cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch")),
                              legend=BROKER_LEGEND, ref_id="B"))
         .datasource(c.datasource()).unit("none").decimals(0).span(12).height(8)
         .line_interpolation(cm.LineInterpolation.STEP_AFTER)
@@ -84,7 +84,7 @@ def epochs_timeseries() -> timeseries.Panel:
 
 
 def lag_now_bargauge() -> bargauge.Panel:
-    expr = f"sort_desc({max_by(('cluster', 'broker_id'), selector('epochwatch_broker_metadata_epoch_lag'))})"
+    expr = f"sort_desc({max_by(('kafka_cluster', 'broker_id'), selector('epochwatch_broker_metadata_epoch_lag'))})"
     return (
         bargauge.Panel().title("Lag per broker now")
         .description("Each broker's metadata epoch lag now, largest first.")

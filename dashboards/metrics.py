@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the label of the Kafka cluster id on the per-cluster series: not `cluster`, which Kubernetes /
+# Thanos stacks give their own clusters
+from streaming.sinks.labels import METRIC_CLUSTER_LABEL as CLUSTER_LABEL
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -18,19 +22,19 @@ class Metric:
 
     @property
     def has_cluster(self) -> bool:
-        return "cluster" in self.labels
+        return CLUSTER_LABEL in self.labels
 
 
 _CATALOGUE = (
-    Metric("epochwatch_broker_state", "gauge", ("cluster", "broker_id", "state")),
-    Metric("epochwatch_broker_incarnation", "gauge", ("cluster", "broker_id")),
-    Metric("epochwatch_broker_restarts_total", "counter", ("cluster", "broker_id")),
-    Metric("epochwatch_broker_metadata_epoch", "gauge", ("cluster", "broker_id")),
-    Metric("epochwatch_broker_metadata_epoch_lag", "gauge", ("cluster", "broker_id")),
-    Metric("epochwatch_cluster_metadata_epoch", "gauge", ("cluster",)),
-    Metric("epochwatch_clients_stale_metadata", "gauge", ("cluster",)),
-    Metric("epochwatch_clients_rebootstrap_overdue", "gauge", ("cluster",)),
-    Metric("epochwatch_alerts_firing", "gauge", ("cluster", "alertname", "severity")),
+    Metric("epochwatch_broker_state", "gauge", (CLUSTER_LABEL, "broker_id", "state")),
+    Metric("epochwatch_broker_incarnation", "gauge", (CLUSTER_LABEL, "broker_id")),
+    Metric("epochwatch_broker_restarts_total", "counter", (CLUSTER_LABEL, "broker_id")),
+    Metric("epochwatch_broker_metadata_epoch", "gauge", (CLUSTER_LABEL, "broker_id")),
+    Metric("epochwatch_broker_metadata_epoch_lag", "gauge", (CLUSTER_LABEL, "broker_id")),
+    Metric("epochwatch_cluster_metadata_epoch", "gauge", (CLUSTER_LABEL,)),
+    Metric("epochwatch_clients_stale_metadata", "gauge", (CLUSTER_LABEL,)),
+    Metric("epochwatch_clients_rebootstrap_overdue", "gauge", (CLUSTER_LABEL,)),
+    Metric("epochwatch_alerts_firing", "gauge", (CLUSTER_LABEL, "alertname", "severity")),
     Metric("epochwatch_alert_transitions_total", "counter", ("alertname", "severity", "status")),
     Metric("epochwatch_dead_letters_total", "counter", ("reason",)),
     Metric("epochwatch_late_events_total", "counter"),

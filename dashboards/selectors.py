@@ -1,7 +1,7 @@
 """PromQL building blocks. Every query of every dashboard gets its series through :func:`selector`.
 
-``selector`` adds the ``cluster`` template-variable matcher to every metric that carries a
-``cluster`` label (and only to those: the monitor's own metrics have none, and a matcher on a
+``selector`` adds the ``kafka_cluster`` template-variable matcher to every metric that carries a
+``kafka_cluster`` label (and only to those: the monitor's own metrics have none, and a matcher on a
 missing label would hide them as soon as one cluster is picked). Label matchers are checked
 against the metric's labels in :mod:`dashboards.metrics`. ``scrape_target=True`` also adds the
 ``job`` / ``instance`` variable matchers (labels Prometheus gives every scraped series), for the
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from dashboards.metrics import BROKER_STATE_CODES, metric
+from dashboards.metrics import BROKER_STATE_CODES, CLUSTER_LABEL, metric
 
-CLUSTER_VARIABLE = "cluster"
+CLUSTER_VARIABLE = CLUSTER_LABEL
 JOB_VARIABLE, INSTANCE_VARIABLE = "job", "instance"
 RATE_WINDOW = "$__rate_interval"
 RANGE_WINDOW = "$__range"
@@ -27,7 +27,7 @@ def _escape(value: str) -> str:
 
 
 def selector(name: str, suffix: str = "", *, scrape_target: bool = False, **matchers: str | Sequence[str]) -> str:
-    """``name{cluster=~"$cluster",label="value",other=~"a|b"}``.
+    """``name{kafka_cluster=~"$kafka_cluster",label="value",other=~"a|b"}``.
 
     A string value is an equality matcher, a list or tuple of strings an alternation
     (``=~"a|b"``). ``suffix`` picks a histogram series (``_bucket``, ``_sum``, ``_count``).
@@ -36,7 +36,7 @@ def selector(name: str, suffix: str = "", *, scrape_target: bool = False, **matc
     m = metric(name)
     if suffix and suffix not in _SUFFIXES.get(m.kind, ()):
         raise ValueError(f"{name} is a {m.kind}; suffix {suffix!r} does not exist for it")
-    parts = [f'{CLUSTER_VARIABLE}=~"${CLUSTER_VARIABLE}"'] if m.has_cluster else []
+    parts = [f'{CLUSTER_LABEL}=~"${CLUSTER_VARIABLE}"'] if m.has_cluster else []
     for label, value in matchers.items():
         if label not in m.labels:
             raise ValueError(f"{name} has no label {label!r} (labels: {', '.join(m.labels) or 'none'})")
@@ -85,7 +85,7 @@ def broker_state_code() -> str:
     weighted sum over the states is the code of the current one.
     """
     terms = [
-        f"{code} * {sum_by(('cluster', 'broker_id'), selector('epochwatch_broker_state', state=state))}"
+        f"{code} * {sum_by((CLUSTER_LABEL, 'broker_id'), selector('epochwatch_broker_state', state=state))}"
         for state, code in BROKER_STATE_CODES.items() if code
     ]
     return " + ".join(terms)

@@ -3,31 +3,36 @@
 A collector that stopped and a cluster that is down look the same to the job (no events): both
 end in ClusterSilent. These series tell them apart in Prometheus: `EpochwatchCollectorDown`
 (deploy/prometheus/rules/epochwatch-meta.yml) fires for a cluster whose collector series vanished,
-and Alertmanager inhibits that cluster's ClusterSilent while it does (deploy/alertmanager/), so
-lost telemetry pages as lost telemetry; a collector that runs but reaches no node of the cluster
-keeps `epochwatch_collector_cluster_reachable` at 0, and ClusterSilent pages as a cluster outage.
+and Alertmanager inhibits that cluster's ClusterSilent while it does (deploy/alertmanager/, whose
+ClusterSilent route waits until the alert had time to fire), so lost telemetry pages as lost
+telemetry; a collector that runs but reaches no node of the cluster keeps
+`epochwatch_collector_cluster_reachable` at 0, and ClusterSilent pages as a cluster outage. The
+cluster id is in `kafka_cluster`, as on the job's series and alerts (streaming.sinks.labels).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from streaming.sinks.labels import METRIC_CLUSTER_LABEL as CLUSTER_LABEL
+
 
 class CollectorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
+        self._server = None
         r = self.registry
         self.up = Gauge("epochwatch_collector_up", "1 while the collector runs rounds for this cluster",
-                        ["cluster"], registry=r)
+                        [CLUSTER_LABEL], registry=r)
         self.reachable = Gauge("epochwatch_collector_cluster_reachable",
-                               "1 when the last round reached the cluster's Admin API", ["cluster"], registry=r)
-        self.rounds = Counter("epochwatch_collector_rounds", "rounds run", ["cluster"], registry=r)
+                               "1 when the last round reached the cluster's Admin API", [CLUSTER_LABEL], registry=r)
+        self.rounds = Counter("epochwatch_collector_rounds", "rounds run", [CLUSTER_LABEL], registry=r)
         self.last_round = Gauge("epochwatch_collector_last_round_timestamp_seconds", "when the last round ended",
-                                ["cluster"], registry=r)
-        self.events = Counter("epochwatch_collector_events", "events derived, by type", ["cluster", "event_type"],
+                                [CLUSTER_LABEL], registry=r)
+        self.events = Counter("epochwatch_collector_events", "events derived, by type", [CLUSTER_LABEL, "event_type"],
                               registry=r)
         self.unreachable_exporters = Gauge("epochwatch_collector_exporters_unreachable",
-                                           "exporters that did not answer in the last round", ["cluster"], registry=r)
+                                           "exporters that did not answer in the last round", [CLUSTER_LABEL], registry=r)
         self.publish_failed = Gauge("epochwatch_collector_publish_failed",
                                     "events the events topic refused for good (delivery errors)", registry=r)
         self.publish_dropped = Gauge("epochwatch_collector_publish_dropped",
@@ -35,16 +40,25 @@ class CollectorMetrics:
         self.commit_log_records = Gauge("epochwatch_collector_commit_log_records",
                                         "records of __consumer_offsets read since the start, by what they were "
                                         "(commit, tombstone, ignored_type, unknown_version, malformed, id_too_long)",
-                                        ["cluster", "kind"], registry=r)
+                                        [CLUSTER_LABEL, "kind"], registry=r)
         self.commit_log_restarts = Gauge("epochwatch_collector_commit_log_restarts",
-                                         "times the commit log reader had to be started again", ["cluster"], registry=r)
+                                         "times the commit log reader had to be started again", [CLUSTER_LABEL], registry=r)
         self.commit_log_partitions = Gauge("epochwatch_collector_commit_log_partitions",
                                            "partitions of __consumer_offsets the commit log reader reads "
-                                           "(0: joining its group, or down)", ["cluster"], registry=r)
+                                           "(0: joining its group, or down)", [CLUSTER_LABEL], registry=r)
         self.publish_queued = Gauge("epochwatch_collector_publish_queued", "events not yet acknowledged", registry=r)
 
-    def serve(self, port: int, address: str) -> None:
-        start_http_server(port, addr=address, registry=self.registry)
+    def serve(self, port: int, address: str) -> int:
+        """Expose /metrics on a daemon thread; returns the bound port (0 picks a free one)."""
+        self._server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        return self._server.server_port
+
+    def stop(self) -> None:
+        """No more /metrics: to Prometheus, the collector is gone."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
 
     def round_done(self, report, events: list[dict], publisher, now_s: float, commit_log=None) -> None:
         cluster = report.cluster_id

@@ -27,6 +27,10 @@ from streaming.config import AlertLabelSettings
 from streaming.rules.catalog import CLUSTER_LABEL
 
 DEFAULT_LABELS = AlertLabelSettings()
+# The label of the Kafka cluster id on the per-cluster series of the job's and the collector's
+# /metrics, for the same reason. Fixed, unlike the alerts' label: the dashboards and the
+# Prometheus rules (deploy/prometheus) query the series by this name.
+METRIC_CLUSTER_LABEL = "kafka_cluster"
 
 
 def alert_labels(record: Mapping, policy: AlertLabelSettings = DEFAULT_LABELS) -> dict[str, str]:

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from streaming.events import BROKER_STATES
 from streaming.rules.table import EXPIRED_SUMMARY, RESET_SUMMARY
 from streaming.sinks.endpoint import DriverEndpoint
+from streaming.sinks.labels import METRIC_CLUSTER_LABEL as CLUSTER_LABEL
 from streaming.spark.packs import INPUT_METRIC
 from streaming.spark.refusals import Refusals
 from udfs.redact import redact
@@ -52,15 +53,15 @@ class _BrokerStatusCollector:
 
     def collect(self):
         state = GaugeMetricFamily("epochwatch_broker_state", "1 for the broker's current controller-side state, 0 for the others",
-                                  labels=["cluster", "broker_id", "state"])
+                                  labels=[CLUSTER_LABEL, "broker_id", "state"])
         incarnation = GaugeMetricFamily("epochwatch_broker_incarnation", "Latest incarnation id (broker epoch) of the broker",
-                                        labels=["cluster", "broker_id"])
+                                        labels=[CLUSTER_LABEL, "broker_id"])
         restarts = CounterMetricFamily("epochwatch_broker_restarts", "Broker restarts (new incarnations) seen",
-                                       labels=["cluster", "broker_id"])
+                                       labels=[CLUSTER_LABEL, "broker_id"])
         epoch = GaugeMetricFamily("epochwatch_broker_metadata_epoch", "Metadata epoch the broker last reported",
-                                  labels=["cluster", "broker_id"])
+                                  labels=[CLUSTER_LABEL, "broker_id"])
         lag = GaugeMetricFamily("epochwatch_broker_metadata_epoch_lag", "Controller metadata epoch minus the broker's",
-                                labels=["cluster", "broker_id"])
+                                labels=[CLUSTER_LABEL, "broker_id"])
         with self.lock:
             rows = list(self.rows.items())
         for (cluster, broker), row in rows:
@@ -83,12 +84,12 @@ class Metrics:
         self._brokers = _BrokerStatusCollector()
         r.register(self._brokers)
         self.cluster_metadata_epoch = Gauge("epochwatch_cluster_metadata_epoch", "Controller metadata epoch of the cluster",
-                                            ["cluster"], registry=r)
+                                            [CLUSTER_LABEL], registry=r)
         self.clients_stale = Gauge("epochwatch_clients_stale_metadata", "Clients with stale metadata right now",
-                                   ["cluster"], registry=r)
+                                   [CLUSTER_LABEL], registry=r)
         self.clients_overdue = Gauge("epochwatch_clients_rebootstrap_overdue", "Clients past the rebootstrap trigger",
-                                     ["cluster"], registry=r)
-        self.alerts_firing = Gauge("epochwatch_alerts_firing", "Alerts firing now", ["cluster", "alertname", "severity"],
+                                     [CLUSTER_LABEL], registry=r)
+        self.alerts_firing = Gauge("epochwatch_alerts_firing", "Alerts firing now", [CLUSTER_LABEL, "alertname", "severity"],
                                    registry=r)
         self.alert_transitions = Counter("epochwatch_alert_transitions_total", "Alert records emitted, by status",
                                          ["alertname", "severity", "status"], registry=r)
@@ -238,7 +239,7 @@ class Metrics:
         with self._alerts_lock:
             live = set(self._firing.values())
             for sample in self.alerts_firing.collect()[0].samples:
-                key = (sample.labels["cluster"], sample.labels["alertname"], sample.labels["severity"])
+                key = (sample.labels[CLUSTER_LABEL], sample.labels["alertname"], sample.labels["severity"])
                 if key[0] == cluster_id and key not in live:
                     self.alerts_firing.remove(*key)
 

@@ -109,10 +109,10 @@ def test_the_collectors_metrics_say_it_runs_and_whether_it_reaches_the_cluster()
     c.probe = Probe(down=True)
     c.run(rounds=1, status=None)
     text = generate_latest(metrics.registry).decode()
-    assert 'epochwatch_collector_up{cluster="cluster-a"} 1.0' in text
-    assert 'epochwatch_collector_cluster_reachable{cluster="cluster-a"} 0.0' in text
-    assert 'epochwatch_collector_rounds_total{cluster="cluster-a"} 2.0' in text
-    assert 'epochwatch_collector_events_total{cluster="cluster-a",event_type="broker_heartbeat"} 1.0' in text
+    assert 'epochwatch_collector_up{kafka_cluster="cluster-a"} 1.0' in text
+    assert 'epochwatch_collector_cluster_reachable{kafka_cluster="cluster-a"} 0.0' in text
+    assert 'epochwatch_collector_rounds_total{kafka_cluster="cluster-a"} 2.0' in text
+    assert 'epochwatch_collector_events_total{event_type="broker_heartbeat",kafka_cluster="cluster-a"} 1.0' in text
 
 
 def test_a_call_that_outlives_the_round_is_taken_by_the_next_one_and_not_started_twice():
@@ -225,6 +225,6 @@ def test_the_commit_log_reader_shows_on_metrics():
     log.pending = [Outcome("tombstone"), Outcome("unknown_version", detail="version 9")]
     c.run(status=None, rounds=1)
     page = generate_latest(metrics.registry).decode()
-    assert 'epochwatch_collector_commit_log_partitions{cluster="cluster-a"} 50.0' in page
-    assert 'epochwatch_collector_commit_log_records{cluster="cluster-a",kind="unknown_version"} 1.0' in page
+    assert 'epochwatch_collector_commit_log_partitions{kafka_cluster="cluster-a"} 50.0' in page
+    assert 'epochwatch_collector_commit_log_records{kafka_cluster="cluster-a",kind="unknown_version"} 1.0' in page
     c.close()

@@ -81,13 +81,13 @@ def test_dashboard_metadata(uid):
 def test_template_variables_datasource_and_cluster(uid):
     variables = {v["name"]: v for v in DASHBOARDS[uid]["templating"]["list"]}
     own = ["job", "instance"] if uid == "epochwatch-monitor" else []
-    assert list(variables) == ["datasource", "cluster", *own]
+    assert list(variables) == ["datasource", "kafka_cluster", *own]
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     # starts on the provisioned datasource (by uid), not on whatever Prometheus is Grafana's default
     assert variables["datasource"]["current"]["value"] == PROVISIONED_DATASOURCE_UID
-    cluster = variables["cluster"]
+    cluster = variables["kafka_cluster"]
     assert cluster["type"] == "query"
-    assert cluster["query"] == "label_values(epochwatch_broker_state, cluster)"
+    assert cluster["query"] == "label_values(epochwatch_broker_state, kafka_cluster)"
     assert cluster["multi"] is True and cluster["includeAll"] is True
     assert cluster["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
 
@@ -112,7 +112,7 @@ def test_every_metric_reference_comes_from_the_selector_helper():
             base = re.sub(r"_(bucket|sum|count)$", "", name) if name not in METRICS else name
             assert base in METRICS, f"{uid} / {title}: unknown metric {name}"
             assert matchers, f"{uid} / {title}: {name} without a selector"
-            assert ('cluster=~"$cluster"' in matchers) == METRICS[base].has_cluster, (uid, title, expr)
+            assert ('kafka_cluster=~"$kafka_cluster"' in matchers) == METRICS[base].has_cluster, (uid, title, expr)
             seen.add(base)
     assert seen == set(METRICS), f"metrics on no dashboard: {sorted(set(METRICS) - seen)}"
 
@@ -278,8 +278,8 @@ def test_annotations_mark_alert_transitions(uid):
         if uid == "epochwatch-monitor":
             assert expr.startswith("ALERTS{") and 'alertstate="firing"' in expr and 'job=~"$job"' in expr
         else:
-            assert expr.startswith("max by (cluster, alertname, severity) (epochwatch_alerts_firing{")
-            assert 'cluster=~"$cluster"' in expr and expr.endswith("> 0")
+            assert expr.startswith("max by (kafka_cluster, alertname, severity) (epochwatch_alerts_firing{")
+            assert 'kafka_cluster=~"$kafka_cluster"' in expr and expr.endswith("> 0")
             named = re.search(r'alertname=~"([^"]*)"', expr)
             assert named is None or set(named[1].split("|")) <= set(RULES), expr
 
@@ -289,7 +289,7 @@ def test_broker_state_timeline_maps_kafka_state_codes_to_names_and_colours():
     mapping = timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]
     assert {k: v["text"] for k, v in mapping.items()} == {"0": "INITIAL", "1": "INACTIVE", "2": "ACTIVE", "3": "STOPPING"}
     assert mapping["1"]["color"] == "red" and mapping["2"]["color"] == "green"
-    assert timeline["targets"][0]["legendFormat"] == "{{cluster}} broker {{broker_id}}"
+    assert timeline["targets"][0]["legendFormat"] == "{{kafka_cluster}} broker {{broker_id}}"
 
 
 def test_links_between_dashboards():
@@ -301,7 +301,7 @@ def test_links_between_dashboards():
             for link in panel.get("links", []):
                 target = re.match(r"/d/([a-z-]+)\?", link["url"]).group(1)
                 assert target in DASHBOARDS and target != uid, link
-                assert "${cluster:queryparam}" in link["url"] and "${__url_time_range}" in link["url"]
+                assert "${kafka_cluster:queryparam}" in link["url"] and "${__url_time_range}" in link["url"]
                 linked.add(target)
     assert len(linked) >= 4, f"few cross links: {linked}"
 

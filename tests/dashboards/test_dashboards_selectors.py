@@ -16,13 +16,13 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian p
 
 
 @pytest.mark.parametrize("args, kwargs, expected, why", [
-    (("epochwatch_broker_state",), {}, 'epochwatch_broker_state{cluster=~"$cluster"}',
+    (("epochwatch_broker_state",), {}, 'epochwatch_broker_state{kafka_cluster=~"$kafka_cluster"}',
      "1: a metric with a cluster label is always filtered by the cluster variable"),
     (("epochwatch_up",), {}, "epochwatch_up{}",
      "2: the monitor's own metrics have no cluster label: a matcher would hide them once a cluster is picked"),
-    (("epochwatch_broker_state",), {"state": "ACTIVE"}, 'epochwatch_broker_state{cluster=~"$cluster",state="ACTIVE"}',
+    (("epochwatch_broker_state",), {"state": "ACTIVE"}, 'epochwatch_broker_state{kafka_cluster=~"$kafka_cluster",state="ACTIVE"}',
      "3: a string is an equality matcher"),
-    (("epochwatch_alerts_firing",), {"alertname": ("A", "B")}, 'epochwatch_alerts_firing{cluster=~"$cluster",alertname=~"A|B"}',
+    (("epochwatch_alerts_firing",), {"alertname": ("A", "B")}, 'epochwatch_alerts_firing{kafka_cluster=~"$kafka_cluster",alertname=~"A|B"}',
      "4: a tuple is an alternation"),
     (("epochwatch_dead_letters_total",), {"reason": 'say "hi"'}, 'epochwatch_dead_letters_total{reason="say \\"hi\\""}',
      "5: quotes in values are escaped"),
@@ -31,7 +31,7 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian p
     (("epochwatch_up",), {"scrape_target": True}, 'epochwatch_up{job=~"$job",instance=~"$instance"}',
      "7: the monitor dashboard picks scrape targets by the job and instance variables"),
     (("epochwatch_alerts_firing",), {"scrape_target": True, "severity": "critical"},
-     'epochwatch_alerts_firing{cluster=~"$cluster",severity="critical",job=~"$job",instance=~"$instance"}',
+     'epochwatch_alerts_firing{kafka_cluster=~"$kafka_cluster",severity="critical",job=~"$job",instance=~"$instance"}',
      "8: ... after the cluster and label matchers"),
 ])
 def test_selector(args, kwargs, expected, why):
@@ -54,7 +54,7 @@ def test_query_helpers():
     assert sum_by((), "x") == "sum (x)"
     assert sum_by(("a", "b"), "x") == "sum by (a, b) (x)"
     assert increase("epochwatch_broker_restarts_total", "$__range") == \
-        'increase(epochwatch_broker_restarts_total{cluster=~"$cluster"}[$__range])'
+        'increase(epochwatch_broker_restarts_total{kafka_cluster=~"$kafka_cluster"}[$__range])'
     assert histogram_quantile(0.95, "epochwatch_batch_duration_seconds") == \
         "histogram_quantile(0.95, sum by (le) (rate(epochwatch_batch_duration_seconds_bucket{}[$__rate_interval])))"
     assert rate("epochwatch_late_events_total", scrape_target=True) == \
@@ -66,7 +66,7 @@ def test_query_helpers():
 
 def grafana_interpolate(expr: str, cluster: str = ".*") -> str:
     """What Grafana sends to Prometheus: variables replaced ('All' is '.*', see cluster_variable)."""
-    return (expr.replace("$cluster", cluster).replace("$job", ".*").replace("$instance", ".*")
+    return (expr.replace("$kafka_cluster", cluster).replace("$job", ".*").replace("$instance", ".*")
             .replace("$__rate_interval", "1m").replace("$__range", "1h"))
 
 
@@ -96,13 +96,13 @@ def test_broker_state_code_evaluates_to_kafka_state_codes_for_the_picked_cluster
     The expression must give 0, 1, 2, 3 and must not return c2's broker when only c1 is picked.
     """
     timeline = {"INITIAL": "1 0 0 0", "INACTIVE": "0 1 0 0", "ACTIVE": "0 0 1 0", "STOPPING": "0 0 0 1"}
-    series = [{"series": f'epochwatch_broker_state{{cluster="c1",broker_id="1",state="{s}"}}', "values": v}
+    series = [{"series": f'epochwatch_broker_state{{kafka_cluster="c1",broker_id="1",state="{s}"}}', "values": v}
               for s, v in timeline.items()]
-    series += [{"series": f'epochwatch_broker_state{{cluster="c2",broker_id="7",state="{s}"}}',
+    series += [{"series": f'epochwatch_broker_state{{kafka_cluster="c2",broker_id="7",state="{s}"}}',
                 "values": "1 1 1 1" if s == "ACTIVE" else "0 0 0 0"} for s in timeline]
     expr = grafana_interpolate(broker_state_code(), cluster="c1")
     tests = [{"expr": expr, "eval_time": f"{minute}m",
-              "exp_samples": [{"labels": '{cluster="c1",broker_id="1"}', "value": code}]}
+              "exp_samples": [{"labels": '{kafka_cluster="c1",broker_id="1"}', "value": code}]}
              for minute, code in enumerate((0, 1, 2, 3))]
     (tmp_path / "empty.yml").write_text("groups: []\n")
     (tmp_path / "test.yml").write_text(yaml.safe_dump({
@@ -121,10 +121,10 @@ def test_firing_annotation_spans_the_alert_from_firing_to_resolved(tmp_path):
     fleet = build_all()["epochwatch-fleet"]
     [annotation] = fleet["annotations"]["list"]
     labels = 'alertname="BrokerMetadataLag",severity="critical"'
-    series = [{"series": f'epochwatch_alerts_firing{{cluster="c1",{labels}}}', "values": "0 1 1 0 0"},
-              {"series": f'epochwatch_alerts_firing{{cluster="c2",{labels}}}', "values": "1 1 1 1 1"}]
+    series = [{"series": f'epochwatch_alerts_firing{{kafka_cluster="c1",{labels}}}', "values": "0 1 1 0 0"},
+              {"series": f'epochwatch_alerts_firing{{kafka_cluster="c2",{labels}}}', "values": "1 1 1 1 1"}]
     expr = grafana_interpolate(annotation["target"]["expr"], cluster="c1")
-    firing = [{"labels": f'{{cluster="c1",{labels}}}', "value": 1}]
+    firing = [{"labels": f'{{kafka_cluster="c1",{labels}}}', "value": 1}]
     tests = [{"expr": expr, "eval_time": f"{minute}m", "exp_samples": firing if minute in (1, 2) else []}
              for minute in range(5)]
     (tmp_path / "empty.yml").write_text("groups: []\n")

@@ -51,8 +51,8 @@ def test_the_last_broker_expired_takes_the_clusters_gauge_along():
     assert "epochwatch_cluster_metadata_epoch" in series_of(job.metrics, CLUSTER)
     for now in range(20_000, 400_000, 20_000):
         job.run([], now)
-    left = {k: v for k, v in scrape(job.metrics).items() if ("cluster", CLUSTER) in k[1]}
-    assert left == {("epochwatch_alerts_firing", (("alertname", "ClusterSilent"), ("cluster", CLUSTER),
+    left = {k: v for k, v in scrape(job.metrics).items() if ("kafka_cluster", CLUSTER) in k[1]}
+    assert left == {("epochwatch_alerts_firing", (("alertname", "ClusterSilent"), ("kafka_cluster", CLUSTER),
                                                   ("severity", "critical"))): 1.0}
 
 

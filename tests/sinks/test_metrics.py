@@ -13,15 +13,15 @@ from streaming.spark.packs import INPUT_METRIC
 from tests.support.metrics import scrape
 
 CONTRACT = {  # docs/CONTRACTS.md: metric -> (type, labels)
-    "epochwatch_broker_state": ("gauge", {"cluster", "broker_id", "state"}),
-    "epochwatch_broker_incarnation": ("gauge", {"cluster", "broker_id"}),
-    "epochwatch_broker_restarts_total": ("counter", {"cluster", "broker_id"}),
-    "epochwatch_broker_metadata_epoch": ("gauge", {"cluster", "broker_id"}),
-    "epochwatch_broker_metadata_epoch_lag": ("gauge", {"cluster", "broker_id"}),
-    "epochwatch_cluster_metadata_epoch": ("gauge", {"cluster"}),
-    "epochwatch_clients_stale_metadata": ("gauge", {"cluster"}),
-    "epochwatch_clients_rebootstrap_overdue": ("gauge", {"cluster"}),
-    "epochwatch_alerts_firing": ("gauge", {"cluster", "alertname", "severity"}),
+    "epochwatch_broker_state": ("gauge", {"kafka_cluster", "broker_id", "state"}),
+    "epochwatch_broker_incarnation": ("gauge", {"kafka_cluster", "broker_id"}),
+    "epochwatch_broker_restarts_total": ("counter", {"kafka_cluster", "broker_id"}),
+    "epochwatch_broker_metadata_epoch": ("gauge", {"kafka_cluster", "broker_id"}),
+    "epochwatch_broker_metadata_epoch_lag": ("gauge", {"kafka_cluster", "broker_id"}),
+    "epochwatch_cluster_metadata_epoch": ("gauge", {"kafka_cluster"}),
+    "epochwatch_clients_stale_metadata": ("gauge", {"kafka_cluster"}),
+    "epochwatch_clients_rebootstrap_overdue": ("gauge", {"kafka_cluster"}),
+    "epochwatch_alerts_firing": ("gauge", {"kafka_cluster", "alertname", "severity"}),
     "epochwatch_alert_transitions_total": ("counter", {"alertname", "severity", "status"}),
     "epochwatch_dead_letters_total": ("counter", {"reason"}),
     "epochwatch_late_events_total": ("counter", set()),
@@ -72,25 +72,25 @@ def test_broker_state_is_one_hot_and_follows_the_latest_row():
     m = Metrics()
     m.observe_broker_status([{"cluster_id": "c1", "broker_id": 3, "state": "ACTIVE", "incarnation_id": 10,
                               "metadata_epoch": 5, "metadata_epoch_lag": 0, "restarts": 0}])
-    states = {s: value(m, "epochwatch_broker_state", broker_id=3, cluster="c1", state=s)
+    states = {s: value(m, "epochwatch_broker_state", broker_id=3, kafka_cluster="c1", state=s)
               for s in ("INITIAL", "INACTIVE", "ACTIVE", "STOPPING")}
     assert states == {"INITIAL": 0, "INACTIVE": 0, "ACTIVE": 1, "STOPPING": 0}
     m.observe_broker_status([{"cluster_id": "c1", "broker_id": 3, "state": "STOPPING", "incarnation_id": 11,
                               "metadata_epoch": 9, "metadata_epoch_lag": 3, "restarts": 1}])
-    assert value(m, "epochwatch_broker_state", broker_id=3, cluster="c1", state="ACTIVE") == 0
-    assert value(m, "epochwatch_broker_state", broker_id=3, cluster="c1", state="STOPPING") == 1
-    assert value(m, "epochwatch_broker_incarnation", broker_id=3, cluster="c1") == 11
-    assert value(m, "epochwatch_broker_restarts_total", broker_id=3, cluster="c1") == 1
-    assert value(m, "epochwatch_broker_metadata_epoch", broker_id=3, cluster="c1") == 9
-    assert value(m, "epochwatch_broker_metadata_epoch_lag", broker_id=3, cluster="c1") == 3
+    assert value(m, "epochwatch_broker_state", broker_id=3, kafka_cluster="c1", state="ACTIVE") == 0
+    assert value(m, "epochwatch_broker_state", broker_id=3, kafka_cluster="c1", state="STOPPING") == 1
+    assert value(m, "epochwatch_broker_incarnation", broker_id=3, kafka_cluster="c1") == 11
+    assert value(m, "epochwatch_broker_restarts_total", broker_id=3, kafka_cluster="c1") == 1
+    assert value(m, "epochwatch_broker_metadata_epoch", broker_id=3, kafka_cluster="c1") == 9
+    assert value(m, "epochwatch_broker_metadata_epoch_lag", broker_id=3, kafka_cluster="c1") == 3
 
 
 def test_a_partial_broker_row_keeps_the_other_fields():
     m = Metrics()
     m.observe_broker_status([{"cluster_id": "c1", "broker_id": 1, "state": "ACTIVE", "incarnation_id": 4}])
     m.observe_broker_status([{"cluster_id": "c1", "broker_id": 1, "state": "INACTIVE", "incarnation_id": None}])
-    assert value(m, "epochwatch_broker_incarnation", broker_id=1, cluster="c1") == 4
-    assert value(m, "epochwatch_broker_state", broker_id=1, cluster="c1", state="INACTIVE") == 1
+    assert value(m, "epochwatch_broker_incarnation", broker_id=1, kafka_cluster="c1") == 4
+    assert value(m, "epochwatch_broker_state", broker_id=1, kafka_cluster="c1", state="INACTIVE") == 1
 
 
 def test_client_summary_is_summed_over_shards_per_cluster():
@@ -98,11 +98,11 @@ def test_client_summary_is_summed_over_shards_per_cluster():
     m.observe_client_summary("c1", 0, stale_clients=2, overdue_clients=1)
     m.observe_client_summary("c1", 1, stale_clients=3, overdue_clients=0)
     m.observe_client_summary("c2", 0, stale_clients=7, overdue_clients=7)
-    assert value(m, "epochwatch_clients_stale_metadata", cluster="c1") == 5
-    assert value(m, "epochwatch_clients_rebootstrap_overdue", cluster="c1") == 1
+    assert value(m, "epochwatch_clients_stale_metadata", kafka_cluster="c1") == 5
+    assert value(m, "epochwatch_clients_rebootstrap_overdue", kafka_cluster="c1") == 1
     m.observe_client_summary("c1", 0, stale_clients=0, overdue_clients=0)   # shard 0 recovered
-    assert value(m, "epochwatch_clients_stale_metadata", cluster="c1") == 3
-    assert value(m, "epochwatch_clients_stale_metadata", cluster="c2") == 7
+    assert value(m, "epochwatch_clients_stale_metadata", kafka_cluster="c1") == 3
+    assert value(m, "epochwatch_clients_stale_metadata", kafka_cluster="c2") == 7
 
 
 def alert(fp, status="firing", severity="warning", name="BrokerHeartbeatTimeout", cluster="c1"):
@@ -128,7 +128,7 @@ def test_alert_transitions_and_firing_gauge(num, why, records, firing, opened, c
     m = Metrics()
     for r in records:           # one call per record: state must carry across batches
         m.observe_alerts([r])
-    gauge = value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", cluster="c1", severity="warning")
+    gauge = value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", kafka_cluster="c1", severity="warning")
     assert (gauge or 0) == firing, f"case {num}: {why}"
     t = "epochwatch_alert_transitions_total"
     got = [value(m, t, alertname="BrokerHeartbeatTimeout", severity="warning", status=s) or 0
@@ -141,19 +141,19 @@ def test_info_alerts_count_as_transitions_but_never_stay_firing():
     m.observe_alerts([alert("i", severity="info", name="BrokerRestarted")])
     assert value(m, "epochwatch_alert_transitions_total", alertname="BrokerRestarted", severity="info",
                  status="firing") == 1
-    assert value(m, "epochwatch_alerts_firing", alertname="BrokerRestarted", cluster="c1", severity="info") is None
+    assert value(m, "epochwatch_alerts_firing", alertname="BrokerRestarted", kafka_cluster="c1", severity="info") is None
 
 
 def test_seed_alerts_restores_the_gauge_without_counting_transitions():
     m = Metrics()
     m.seed_alerts([alert("a"), alert("b", "resolved"), alert("c", severity="critical", name="ClusterSilent")])
-    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", cluster="c1", severity="warning") == 1
-    assert value(m, "epochwatch_alerts_firing", alertname="ClusterSilent", cluster="c1", severity="critical") == 1
+    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", kafka_cluster="c1", severity="warning") == 1
+    assert value(m, "epochwatch_alerts_firing", alertname="ClusterSilent", kafka_cluster="c1", severity="critical") == 1
     assert value(m, "epochwatch_alert_transitions_total", alertname="BrokerHeartbeatTimeout", severity="warning",
                  status="firing") is None
     m.observe_alerts([alert("b")])                   # replay of a resolved incident
     m.observe_alerts([alert("a", "resolved")])
-    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", cluster="c1", severity="warning") == 0
+    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", kafka_cluster="c1", severity="warning") == 0
 
 
 PROGRESS = {
@@ -278,7 +278,7 @@ def test_serve_on_a_free_loopback_port_and_stop():
     port = m.serve(0)
     try:
         body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-        assert 'epochwatch_broker_state{broker_id="1",cluster="c1",state="ACTIVE"} 1.0' in body
+        assert 'epochwatch_broker_state{broker_id="1",kafka_cluster="c1",state="ACTIVE"} 1.0' in body
         with pytest.raises(RuntimeError, match="already served"):
             m.serve(0)
     finally:
@@ -290,7 +290,7 @@ def test_serve_on_a_free_loopback_port_and_stop():
 def test_broker_state_given_as_kip343_number():
     m = Metrics()
     m.observe_broker_status([{"cluster_id": "c1", "broker_id": 1, "state": 3}])
-    assert value(m, "epochwatch_broker_state", broker_id=1, cluster="c1", state="STOPPING") == 1
+    assert value(m, "epochwatch_broker_state", broker_id=1, kafka_cluster="c1", state="STOPPING") == 1
 
 
 def test_write_takes_a_dispatcher_batch():
@@ -307,10 +307,10 @@ def test_write_takes_a_dispatcher_batch():
     )
     m = Metrics()
     m.write(batch)
-    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", cluster="c1", severity="warning") == 1
-    assert value(m, "epochwatch_broker_state", broker_id=4, cluster="c1", state="INACTIVE") == 1
-    assert value(m, "epochwatch_cluster_metadata_epoch", cluster="c1") == 10
-    assert value(m, "epochwatch_clients_stale_metadata", cluster="c1") == 2
+    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", kafka_cluster="c1", severity="warning") == 1
+    assert value(m, "epochwatch_broker_state", broker_id=4, kafka_cluster="c1", state="INACTIVE") == 1
+    assert value(m, "epochwatch_cluster_metadata_epoch", kafka_cluster="c1") == 10
+    assert value(m, "epochwatch_clients_stale_metadata", kafka_cluster="c1") == 2
     assert value(m, "epochwatch_dead_letters_total", reason="bad_magic_byte") == 2
     assert value(m, "epochwatch_dead_letters_total", reason="future_event_time") == 1
     m.batch_finished(1.0)

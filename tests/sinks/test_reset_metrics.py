@@ -31,12 +31,12 @@ def test_a_reset_drops_the_clusters_series_and_keeps_the_others():
     job.run(beats + clients + [hb(1_000, 999)], 20_000)   # 999 falls silent: it pages
     assert {"epochwatch_broker_state", "epochwatch_cluster_metadata_epoch", "epochwatch_clients_stale_metadata",
             "epochwatch_alerts_firing"} <= series_of(metrics, CLUSTER)
-    before_other = {k: v for k, v in scrape(metrics).items() if ("cluster", OTHER) in k[1]}
+    before_other = {k: v for k, v in scrape(metrics).items() if ("kafka_cluster", OTHER) in k[1]}
 
     job.run([on(CLUSTER, reset(30_000))], 30_000)
 
     assert series_of(metrics, CLUSTER) == set(), "every series of the reset cluster is gone"
-    after_other = {k: v for k, v in scrape(metrics).items() if ("cluster", OTHER) in k[1]}
+    after_other = {k: v for k, v in scrape(metrics).items() if ("kafka_cluster", OTHER) in k[1]}
     assert before_other.keys() <= after_other.keys(), "the other cluster keeps its series"
     job.run([], 600_000)
     assert series_of(metrics, CLUSTER) == set(), "later micro-batches bring nothing back"
@@ -50,5 +50,5 @@ def test_what_the_cluster_sends_after_the_reset_is_exposed_afresh():
     job.run([hb(t + b, b) for t in range(0, 10_000, 2000) for b in (1, 2)], 10_000)
     job.run([reset(11_000), hb(12_000, 1)], 12_000)
     brokers = {dict(labels)["broker_id"] for name, labels in scrape(metrics)
-               if name == "epochwatch_broker_state" and ("cluster", CLUSTER) in labels}
+               if name == "epochwatch_broker_state" and ("kafka_cluster", CLUSTER) in labels}
     assert brokers == {"1"}, "only the broker heard from after the reset"

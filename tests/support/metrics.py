@@ -48,4 +48,4 @@ class Batches:
 
 
 def series_of(metrics: Metrics, cluster: str) -> set[str]:
-    return {name for name, labels in scrape(metrics) if ("cluster", cluster) in labels}
+    return {name for name, labels in scrape(metrics) if ("kafka_cluster", cluster) in labels}

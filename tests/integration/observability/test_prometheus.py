@@ -40,7 +40,7 @@ def test_scrapes_the_job_and_loads_the_meta_rules(prometheus, metrics_server):
     up = wait_until(lambda: query(prometheus, 'epochwatch_up{job="epochwatch"} == 1'), timeout_s=30,
                     what="epochwatch_up scraped")
     assert up[0]["metric"]["instance"] == f"127.0.0.1:{port}"
-    state = wait_until(lambda: query(prometheus, 'epochwatch_broker_state{cluster="c1", broker_id="2"} == 1'),
+    state = wait_until(lambda: query(prometheus, 'epochwatch_broker_state{kafka_cluster="c1", broker_id="2"} == 1'),
                        timeout_s=30, what="broker state scraped")
     assert [s["metric"]["state"] for s in state] == ["ACTIVE"]
     assert rules_loaded(prometheus) == {"EpochwatchDown", "EpochwatchStalled", "EpochwatchFallingBehind",

@@ -20,13 +20,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def clusters_on(port: int) -> dict[str, set[str]]:
-    """cluster label -> the metric families that carry it, as Prometheus would scrape them."""
+    """kafka_cluster label -> the metric families that carry it, as Prometheus would scrape them."""
     text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     out: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if "cluster" in sample.labels:
-                out.setdefault(sample.labels["cluster"], set()).add(family.name)
+            if "kafka_cluster" in sample.labels:
+                out.setdefault(sample.labels["kafka_cluster"], set()).add(family.name)
     return out
 
 
