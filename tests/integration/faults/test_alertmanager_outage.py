@@ -14,6 +14,7 @@ import requests
 from streaming.commands.run import build_sinks
 from streaming.sinks.alert_book import BookSettings, alertmanager_payload, latest_alert_states
 from streaming.sinks.base import Dispatcher
+from streaming.sinks.labels import presented
 from streaming.sinks.memory import MemorySink
 from streaming.sinks.metrics import input_records
 from streaming.spark.job import start
@@ -41,11 +42,12 @@ def backlog(metrics) -> float:
 
 def active_in_alertmanager(url: str) -> set[frozenset]:
     body = requests.get(f"{url}/api/v2/alerts", timeout=5).json()
-    return {frozenset(a["labels"].items()) for a in body if a["labels"].get("cluster") == "am-outage"}
+    return {frozenset(a["labels"].items()) for a in body if a["labels"].get("kafka_cluster") == "am-outage"}
 
 
 def labels_of(record: dict) -> frozenset:
-    return frozenset(alertmanager_payload(record, 0, BookSettings())["labels"].items())
+    """The labels Alertmanager holds for a record the rules emitted (default sinks.labels)."""
+    return frozenset(alertmanager_payload(presented(record), 0, BookSettings())["labels"].items())
 
 
 def test_alertmanager_outage_under_load_backlog_drains_and_final_states_match(

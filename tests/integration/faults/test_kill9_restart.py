@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from streaming.engine.local import detect_all
+from streaming.sinks.labels import presented
 from streaming.tools.demo import load_events, play_scenarios
 from streaming.tools.embedded import create_topics
 from streaming.tools.simulate.truth import settings_dict
@@ -43,7 +44,8 @@ def test_kill9_mid_incident_then_restart_loses_nothing_and_forks_nothing(broker,
                                                                           tmp_path, fault_report):
     events, truths = play_scenarios(SCENARIOS, seed=7)
     rules = dataclasses.replace(next(iter(truths.values())).rule_settings(), allowed_lateness_ms=LATENESS_MS)
-    reference = {a["event_id"]: a for a in detect_all(events, rules)}   # one clean pass, same rules
+    # one clean pass, same rules, labelled as the alerts topic has them (default sinks.labels)
+    reference = {a["event_id"]: presented(a) for a in detect_all(events, rules)}
 
     suffix = tmp_path.name[-10:]
     topics = {"events": f"k9-ev-{suffix}", "alerts": f"k9-al-{suffix}", "dlq": f"k9-dlq-{suffix}"}

@@ -117,7 +117,9 @@ class WebhookReceiver:
 def render_alertmanager_config(out: Path, webhook: WebhookReceiver, *, fast: bool = True) -> Path:
     """deploy/alertmanager/alertmanager.yml rendered by its own script, webhooks on the test receiver.
 
-    ``fast`` shortens group_wait / group_interval so notifications arrive within a test.
+    ``fast`` divides every group_wait by 10 (at least 1 s), so notifications arrive within a test
+    and the waits keep their order (ClusterSilent's route still waits longest), and sets
+    group_interval to 1 s.
     """
     env = {**os.environ, "EPOCHWATCH_TEAM_WEBHOOK_URL": webhook.url("/team")}
     secret = out.with_name("pager-url")
@@ -128,9 +130,28 @@ def render_alertmanager_config(out: Path, webhook: WebhookReceiver, *, fast: boo
     if fast:
         config = yaml.safe_load(out.read_text())
         for route in [config["route"], *config["route"].get("routes", [])]:
-            route.update(group_wait="1s", group_interval="1s", repeat_interval="1h")
+            wait_s = max(1, seconds(route.get("group_wait", config["route"]["group_wait"])) // 10)
+            route.update(group_wait=f"{wait_s}s", group_interval="1s", repeat_interval="1h")
         out.write_text(yaml.safe_dump(config, sort_keys=False))
     return out
+
+
+def seconds(duration: str) -> int:
+    """An Alertmanager duration of whole seconds or minutes (what deploy/alertmanager uses)."""
+    number, unit = int(duration[:-1]), duration[-1]
+    return number * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+def collector_down_within_s() -> int:
+    """How long after a collector stopped Prometheus has EpochwatchCollectorDown firing, at worst:
+    the collector's scrape interval (a failed scrape marks its series stale) + the rule group's
+    interval + the rule's `for` (deploy/prometheus)."""
+    scrape = next(j for j in yaml.safe_load(PROMETHEUS_CONFIG.read_text())["scrape_configs"]
+                  if j["job_name"] == "epochwatch-collector")["scrape_interval"]
+    rules = yaml.safe_load((PROMETHEUS_CONFIG.parent / "rules" / "epochwatch-meta.yml").read_text())
+    group = next(g for g in rules["groups"] if any(r.get("alert") == "EpochwatchCollectorDown" for r in g["rules"]))
+    down = next(r for r in group["rules"] if r.get("alert") == "EpochwatchCollectorDown")
+    return seconds(scrape) + seconds(group["interval"]) + seconds(down["for"])
 
 
 def alertmanager_process(workdir: Path, config: Path, port: int | None = None, *, web_config: Path | None = None,

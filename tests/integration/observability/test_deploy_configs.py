@@ -15,7 +15,9 @@ from tests.integration.observability.services import (
     PROMETHEUS_CONFIG,
     PROMTOOL_BIN,
     WebhookReceiver,
+    collector_down_within_s,
     render_alertmanager_config,
+    seconds,
 )
 
 pytestmark = pytest.mark.integration
@@ -40,7 +42,7 @@ def test_rendered_alertmanager_config_is_valid(rendered):
 
 
 ROUTES = [
-    (1, "critical pages", {"severity": "critical", "alertname": "ClusterSilent", "cluster": "c1"}, "pager"),
+    (1, "critical pages", {"severity": "critical", "alertname": "ClusterSilent", "kafka_cluster": "c1"}, "pager"),
     (2, "warning goes to the team channel", {"severity": "warning", "alertname": "BrokerHeartbeatTimeout"}, "team"),
     (3, "info goes to the team channel", {"severity": "info", "alertname": "BrokerRestarted"}, "team"),
     (4, "no severity label: the default (team), never the pager", {"alertname": "Whatever"}, "team"),
@@ -52,6 +54,27 @@ def test_routing(rendered, num, why, labels, receiver):
     result = run(AMTOOL_BIN, "config", "routes", "test", f"--config.file={rendered}",
                  *(f"{k}={v}" for k, v in labels.items()))
     assert result.stdout.strip() == receiver, f"case {num}: {why}: {result.stdout}{result.stderr}"
+
+
+def test_cluster_silent_waits_until_a_stopped_collector_has_been_told(rendered):
+    """Why: an inhibition only holds back notifications not yet sent. When a cluster goes silent
+    because its collector stopped, EpochwatchCollectorDown must reach Alertmanager before the
+    cluster's ClusterSilent is notified, or lost telemetry pages as an outage. The worst case on
+    Prometheus' side is the collector's scrape interval + its rule group's interval + `for`; the
+    job raises ClusterSilent some seconds after the collector stopped (the heartbeat timeout less
+    the age of the last heartbeat), which this leaves aside as the margin."""
+    import yaml
+
+    raised_within_s = collector_down_within_s()
+    routes = yaml.safe_load(rendered.read_text())["route"]["routes"]
+    silent = next(r for r in routes if r.get("matchers") == ['alertname="ClusterSilent"'])
+    assert silent["receiver"] == "pager"
+    assert seconds(silent["group_wait"]) >= raised_within_s + 5, (silent["group_wait"], raised_within_s)
+    # the promtool test of the collector's rule runs at the group's own interval
+    test = yaml.safe_load((PROMETHEUS_DIR / "tests" / "epochwatch-collector.test.yml").read_text())
+    group = next(g for g in yaml.safe_load((PROMETHEUS_DIR / "rules" / "epochwatch-meta.yml").read_text())["groups"]
+                 if g["name"] == "epochwatch-collector")
+    assert test["evaluation_interval"] == group["interval"]
 
 
 def test_template_needs_the_webhook_urls(tmp_path):

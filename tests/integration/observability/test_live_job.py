@@ -72,7 +72,7 @@ def test_silent_cluster_pages_through_alertmanager(broker, spark, alertmanager, 
         def in_alertmanager():
             body = requests.get(f"{alertmanager.url}/api/v2/alerts", timeout=2).json()
             return [a for a in body if a["labels"]["alertname"] == "ClusterSilent"
-                    and a["labels"]["cluster"] == "live-cluster"]
+                    and a["labels"]["kafka_cluster"] == "live-cluster"]
         wait_until(in_alertmanager, timeout_s=30, what="ClusterSilent in Alertmanager")
         wait_until(lambda: webhook.alerts("/pager"), timeout_s=30, what="the critical page on the pager receiver")
     finally:

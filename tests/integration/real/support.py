@@ -161,4 +161,4 @@ def alertmanager_alert(alertmanager, alertname: str, cluster: str) -> dict | Non
     import requests
 
     return next((a for a in requests.get(alertmanager.url + "/api/v2/alerts", timeout=5).json()
-                 if a["labels"].get("alertname") == alertname and a["labels"].get("cluster") == cluster), None)
+                 if a["labels"].get("alertname") == alertname and a["labels"].get("kafka_cluster") == cluster), None)
