@@ -32,7 +32,8 @@ class CollectorMetrics:
         self.events = Counter("epochwatch_collector_events", "events derived, by type", [CLUSTER_LABEL, "event_type"],
                               registry=r)
         self.unreachable_exporters = Gauge("epochwatch_collector_exporters_unreachable",
-                                           "exporters that did not answer in the last round", [CLUSTER_LABEL], registry=r)
+                                           "exporters that did not answer in the last round", [CLUSTER_LABEL],
+                                           registry=r)
         self.publish_failed = Gauge("epochwatch_collector_publish_failed",
                                     "events the events topic refused for good (delivery errors)", registry=r)
         self.publish_dropped = Gauge("epochwatch_collector_publish_dropped",
@@ -42,7 +43,8 @@ class CollectorMetrics:
                                         "(commit, tombstone, ignored_type, unknown_version, malformed, id_too_long)",
                                         [CLUSTER_LABEL, "kind"], registry=r)
         self.commit_log_restarts = Gauge("epochwatch_collector_commit_log_restarts",
-                                         "times the commit log reader had to be started again", [CLUSTER_LABEL], registry=r)
+                                         "times the commit log reader had to be started again", [CLUSTER_LABEL],
+                                         registry=r)
         self.commit_log_partitions = Gauge("epochwatch_collector_commit_log_partitions",
                                            "partitions of __consumer_offsets the commit log reader reads "
                                            "(0: joining its group, or down)", [CLUSTER_LABEL], registry=r)

@@ -89,8 +89,8 @@ class Metrics:
                                    [CLUSTER_LABEL], registry=r)
         self.clients_overdue = Gauge("epochwatch_clients_rebootstrap_overdue", "Clients past the rebootstrap trigger",
                                      [CLUSTER_LABEL], registry=r)
-        self.alerts_firing = Gauge("epochwatch_alerts_firing", "Alerts firing now", [CLUSTER_LABEL, "alertname", "severity"],
-                                   registry=r)
+        self.alerts_firing = Gauge("epochwatch_alerts_firing", "Alerts firing now",
+                                   [CLUSTER_LABEL, "alertname", "severity"], registry=r)
         self.alert_transitions = Counter("epochwatch_alert_transitions_total", "Alert records emitted, by status",
                                          ["alertname", "severity", "status"], registry=r)
         self.dead_letters = Counter("epochwatch_dead_letters_total", "Input records sent to the dead-letter topic",

@@ -43,6 +43,10 @@ def value(metrics: Metrics, name: str, **labels) -> float | None:
     return scrape(metrics).get((name, tuple(sorted((k, str(v)) for k, v in labels.items()))))
 
 
+def firing_gauge(metrics: Metrics, alertname: str, severity: str, cluster: str = "c1") -> float | None:
+    return value(metrics, "epochwatch_alerts_firing", alertname=alertname, kafka_cluster=cluster, severity=severity)
+
+
 def populated() -> Metrics:
     m = Metrics()
     m.observe_broker_status([{"cluster_id": "c1", "broker_id": 1, "state": "ACTIVE", "incarnation_id": 7,
@@ -128,7 +132,7 @@ def test_alert_transitions_and_firing_gauge(num, why, records, firing, opened, c
     m = Metrics()
     for r in records:           # one call per record: state must carry across batches
         m.observe_alerts([r])
-    gauge = value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", kafka_cluster="c1", severity="warning")
+    gauge = firing_gauge(m, "BrokerHeartbeatTimeout", "warning")
     assert (gauge or 0) == firing, f"case {num}: {why}"
     t = "epochwatch_alert_transitions_total"
     got = [value(m, t, alertname="BrokerHeartbeatTimeout", severity="warning", status=s) or 0
@@ -141,19 +145,19 @@ def test_info_alerts_count_as_transitions_but_never_stay_firing():
     m.observe_alerts([alert("i", severity="info", name="BrokerRestarted")])
     assert value(m, "epochwatch_alert_transitions_total", alertname="BrokerRestarted", severity="info",
                  status="firing") == 1
-    assert value(m, "epochwatch_alerts_firing", alertname="BrokerRestarted", kafka_cluster="c1", severity="info") is None
+    assert firing_gauge(m, "BrokerRestarted", "info") is None
 
 
 def test_seed_alerts_restores_the_gauge_without_counting_transitions():
     m = Metrics()
     m.seed_alerts([alert("a"), alert("b", "resolved"), alert("c", severity="critical", name="ClusterSilent")])
-    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", kafka_cluster="c1", severity="warning") == 1
-    assert value(m, "epochwatch_alerts_firing", alertname="ClusterSilent", kafka_cluster="c1", severity="critical") == 1
+    assert firing_gauge(m, "BrokerHeartbeatTimeout", "warning") == 1
+    assert firing_gauge(m, "ClusterSilent", "critical") == 1
     assert value(m, "epochwatch_alert_transitions_total", alertname="BrokerHeartbeatTimeout", severity="warning",
                  status="firing") is None
     m.observe_alerts([alert("b")])                   # replay of a resolved incident
     m.observe_alerts([alert("a", "resolved")])
-    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", kafka_cluster="c1", severity="warning") == 0
+    assert firing_gauge(m, "BrokerHeartbeatTimeout", "warning") == 0
 
 
 PROGRESS = {
@@ -307,7 +311,7 @@ def test_write_takes_a_dispatcher_batch():
     )
     m = Metrics()
     m.write(batch)
-    assert value(m, "epochwatch_alerts_firing", alertname="BrokerHeartbeatTimeout", kafka_cluster="c1", severity="warning") == 1
+    assert firing_gauge(m, "BrokerHeartbeatTimeout", "warning") == 1
     assert value(m, "epochwatch_broker_state", broker_id=4, kafka_cluster="c1", state="INACTIVE") == 1
     assert value(m, "epochwatch_cluster_metadata_epoch", kafka_cluster="c1") == 10
     assert value(m, "epochwatch_clients_stale_metadata", kafka_cluster="c1") == 2
