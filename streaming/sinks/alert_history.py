@@ -22,13 +22,15 @@ from collections import Counter
 
 from streaming.config import Settings
 from streaming.sinks.alert_book import latest_alert_states
+from streaming.sinks.labels import as_emitted
 
 log = logging.getLogger("epochwatch")
 CONSUME_WAIT_S = 0.5
 
 
 def read_alert_history(settings: Settings, clock=time.monotonic) -> dict[str, dict]:
-    """Fingerprint -> the latest alert record in ``kafka.topics.alerts``."""
+    """Fingerprint -> the latest alert record in ``kafka.topics.alerts``, labelled as the rules
+    emit it (the topic holds them as ``sinks.labels`` presented them)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
     from udfs.kafka_retry import Outage, call_with_retry, is_transient
@@ -76,7 +78,8 @@ def read_alert_history(settings: Settings, clock=time.monotonic) -> dict[str, di
                     log.warning(step.warning)
                 progress_ms = now_ms
         skipped.report()
-        return latest
+        # in the rules' form: the labels of whatever sinks.labels wrote them (streaming.sinks.labels)
+        return {fp: as_emitted(record) for fp, record in latest.items()}
     finally:
         consumer.close()
 

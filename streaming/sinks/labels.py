@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from streaming.config import AlertLabelSettings
-from streaming.rules.catalog import CLUSTER_LABEL
+from streaming.rules.catalog import CLUSTER_LABEL, RULES
 
 DEFAULT_LABELS = AlertLabelSettings()
 # The label of the Kafka cluster id on the per-cluster series of the job's and the collector's
@@ -60,3 +60,24 @@ def presented(record: Mapping, policy: AlertLabelSettings = DEFAULT_LABELS) -> d
     if alias and annotations.get("summary"):
         annotations["summary"] = f"{alias}: {annotations['summary']}"
     return {**record, "labels": alert_labels(record, policy), "annotations": annotations}
+
+
+def as_emitted(record: Mapping) -> dict:
+    """A record read back from the alerts topic in the form the rules emit it (the inverse of
+    :func:`presented`, whatever policy wrote it): the identity labels only (``alertname``,
+    ``severity``, ``cluster``, the rule's entity labels), the alias off the summary. What a
+    restart seeds from the topic (the roll-up, the status board, the metrics, Alertmanager's book)
+    then meets the records of the running job as equals, and each exit presents both alike."""
+    rule = RULES.get(str(record.get("alertname") or ""))
+    labels = record.get("labels")
+    if rule is None or not isinstance(labels, Mapping):
+        return dict(record)   # not one of ours: the book refuses it, naming the field
+    identity = {"alertname", "severity", *rule.labels}
+    emitted = {k: v for k, v in labels.items() if k in identity}
+    emitted[CLUSTER_LABEL] = str(record.get("cluster_id") or labels.get(CLUSTER_LABEL) or "")
+    annotations = dict(record.get("annotations") or {})
+    summary = str(annotations.get("summary") or "")
+    for name, value in labels.items():   # <cluster.name>_alias of whichever policy wrote it
+        if name.endswith("_alias") and value and summary.startswith(f"{value}: "):
+            annotations["summary"] = summary[len(value) + 2:]
+    return {**record, "labels": emitted, "annotations": annotations}

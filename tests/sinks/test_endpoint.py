@@ -74,7 +74,7 @@ def test_metrics_are_still_prometheus_clients_own(served):
     metrics.observe_broker_status([broker_row(1)])
     text = requests.get(f"{url}/metrics", timeout=5)
     assert text.headers["Content-Type"].startswith("text/plain")
-    assert 'epochwatch_broker_state{broker_id="1",cluster="c1",state="ACTIVE"} 1.0' in text.text
+    assert 'epochwatch_broker_state{broker_id="1",kafka_cluster="c1",state="ACTIVE"} 1.0' in text.text
     openmetrics = requests.get(f"{url}/metrics", headers={"Accept": "application/openmetrics-text"}, timeout=5)
     assert openmetrics.headers["Content-Type"].startswith("application/openmetrics-text")
     assert openmetrics.text.rstrip().endswith("# EOF")

@@ -7,7 +7,7 @@ import pytest
 
 from streaming import config
 from streaming.rules.catalog import RULES, alert_record
-from streaming.sinks.labels import alert_labels, presented
+from streaming.sinks.labels import alert_labels, as_emitted, presented
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 T0 = 1_700_000_000_000
@@ -79,3 +79,28 @@ def test_every_summary_names_only_labels_its_rule_declares():
     for rule in RULES.values():
         placeholders = {name for _, name, _, _ in string.Formatter().parse(rule.summary) if name}
         assert placeholders <= {"cluster", *rule.labels}, rule.name
+
+
+def test_a_record_read_back_is_the_rules_own_whatever_policy_wrote_it():
+    """Why: a restart seeds the roll-up, the status board, the metrics and Alertmanager from the
+    alerts topic, which holds records as sinks.labels presented them (perhaps under another
+    policy, before an upgrade); seeded and new records must meet as equals, and every exit then
+    presents both alike, or one incident would look like two."""
+    policies = [policy(), policy(**{"cluster.name": "cluster"}),
+                policy(**{"static.team": "kafka", "static.cluster": "k8s-eu-1", f"aliases.{CLUSTER}": "payments-prod"}),
+                policy(**{"cluster.name": "kafka_cluster_id", f"aliases.{CLUSTER}": "payments-prod"})]
+    records = [emitted(), emitted(status="resolved"), emitted("ClusterSilent"),
+               emitted("StaleMetadataResponse", client_id="app-1", broker_id="3")]
+    for written in policies:
+        for record in records:
+            assert as_emitted(presented(record, written)) == record
+    # a roll-up (its client's labels less client_id) comes back the same way
+    rollup = {**emitted("StaleMetadataResponse", client_id="app-1", broker_id="3")}
+    rollup["labels"] = {k: v for k, v in rollup["labels"].items() if k != "client_id"}
+    rollup["annotations"] = {**rollup["annotations"], "client_count": "2", "example_clients": "app-1, app-2"}
+    assert as_emitted(presented(rollup, policies[2])) == rollup
+
+
+def test_a_record_of_no_known_alert_is_left_for_the_book_to_refuse():
+    odd = {"alertname": "NotOurs", "labels": {"x": "1"}}
+    assert as_emitted(odd) == odd and as_emitted({"alertname": "ClusterSilent", "labels": None})["labels"] is None
