@@ -15,6 +15,7 @@ import pytest
 
 from streaming import config
 from streaming.sinks.alertmanager import AlertmanagerSink
+from streaming.sinks.labels import presented
 from streaming.sinks.metrics import Metrics
 from tests.integration.observability.services import (
     BearerTokenProxy,
@@ -47,9 +48,14 @@ def resolution(record: dict) -> dict:
             "ends_at": ends}
 
 
+def shown(record: dict) -> dict:
+    """The record's labels as the sink sends them (sinks.labels' defaults: streaming.sinks.labels)."""
+    return presented(record)["labels"]
+
+
 def find(am, record: dict) -> dict | None:
     """The record's alert as the Alertmanager holds it (active or suppressed), None if it holds none."""
-    return next((a for a in am.get("/api/v2/alerts").json() if a["labels"] == record["labels"]), None)
+    return next((a for a in am.get("/api/v2/alerts").json() if a["labels"] == shown(record)), None)
 
 
 def notifications_done(am) -> float:
@@ -123,7 +129,7 @@ def test_both_instances_of_an_ha_pair_get_every_alert_while_one_is_down_and_afte
     for am in (am1, am2):
         found = wait_until(lambda: find(am, lag), timeout_s=10, what=f"the alert on {am.url}")
         assert found["generatorURL"] == "https://epochwatch.example.com"      # sinks.external.url
-        wait_until(lambda: ("firing", lag["labels"]) in am.hook.alerts("/pager"), timeout_s=15,
+        wait_until(lambda: ("firing", shown(lag)) in am.hook.alerts("/pager"), timeout_s=15,
                    what=f"{am.url} paging")
     # am2 keeps its notification log over a stop: it will know to page the resolution
     wait_until(lambda: notifications_done(am2) >= 1, timeout_s=15, what="am2 to finish its notification")
@@ -134,8 +140,8 @@ def test_both_instances_of_an_ha_pair_get_every_alert_while_one_is_down_and_afte
     sink.flush()
     wait_until(lambda: find(am1, duplicate) and find(am1, lag) is None, timeout_s=10,
                what="am1 to get the new alert and the resolution while am2 is down")
-    wait_until(lambda: ("firing", duplicate["labels"]) in am1.hook.alerts("/pager")
-               and ("resolved", lag["labels"]) in am1.hook.alerts("/pager"), timeout_s=15, what="am1 paging both")
+    wait_until(lambda: ("firing", shown(duplicate)) in am1.hook.alerts("/pager")
+               and ("resolved", shown(lag)) in am1.hook.alerts("/pager"), timeout_s=15, what="am1 paging both")
     wait_until(lambda: failures(metrics, am2.url) >= 2, timeout_s=15,
                what="am2's failed deliveries retried and counted")
     assert sample(metrics, "epochwatch_alertmanager_backlog", am2.url) == 2     # both kept for am2
@@ -147,8 +153,8 @@ def test_both_instances_of_an_ha_pair_get_every_alert_while_one_is_down_and_afte
     wait_until(lambda: sample(metrics, "epochwatch_alertmanager_backlog", am2.url) == 0, timeout_s=15,
                what="am2's backlog to drain")
     assert find(am2, duplicate) is not None and find(am2, lag) is None
-    wait_until(lambda: ("firing", duplicate["labels"]) in am2.hook.alerts("/pager")
-               and ("resolved", lag["labels"]) in am2.hook.alerts("/pager"), timeout_s=15,
+    wait_until(lambda: ("firing", shown(duplicate)) in am2.hook.alerts("/pager")
+               and ("resolved", shown(lag)) in am2.hook.alerts("/pager"), timeout_s=15,
                what="am2 paging what it missed: the new alert and the resolution")
     assert sink.backlogs == {am1.url: 0, am2.url: 0}
 
