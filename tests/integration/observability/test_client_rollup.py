@@ -15,6 +15,7 @@ from streaming.rules.rollup import CLIENT_COUNT, per_client
 from streaming.sinks.alert_book import BookSettings, alertmanager_payload
 from streaming.sinks.alertmanager import AlertmanagerSink
 from streaming.sinks.base import Dispatcher, OutputBatch
+from streaming.sinks.labels import presented
 from streaming.tools.embedded import create_topics
 from streaming.tools.simulate import run_scenario
 from streaming.tools.simulate.model import ClusterShape
@@ -67,7 +68,8 @@ class Incidents:
 
     def others(self) -> set[frozenset]:
         """Alertmanager labels of the open incidents that are not per client."""
-        return {labels_of(alertmanager_payload(a, 0, BookSettings())) for a in self.open.values() if not per_client(a)}
+        return {labels_of(alertmanager_payload(presented(a), 0, BookSettings())) for a in self.open.values()
+                if not per_client(a)}
 
 
 def labels_of(alert: dict) -> frozenset:
@@ -92,7 +94,7 @@ def test_ten_thousand_clients_of_a_partitioned_broker_are_one_alert(fleet, job_s
     clients, updated in place (Alertmanager's own fingerprint and startsAt stay) as the count grows."""
     k, batches = fleet
     sinks, _metrics, _board = build_sinks(job_settings(), console=False)
-    rollup_labels = frozenset({"alertname": STALE, "cluster": "cluster-a", "severity": "warning",
+    rollup_labels = frozenset({"alertname": STALE, "kafka_cluster": "cluster-a", "severity": "warning",
                                "broker_id": k}.items())
     incidents, seen, peak = Incidents(), set(), 0
     try:
@@ -156,7 +158,7 @@ def test_a_restart_mid_incident_keeps_the_one_alert(fleet, job_settings, alertma
     assert alert_before is not None and alert_before["annotations"][CLIENT_COUNT] == str(CLIENTS)
     restarted, metrics, _board = build_sinks(settings, console=False)
     firing = metrics.registry.get_sample_value("epochwatch_alerts_firing", {
-        "cluster": "cluster-a", "alertname": STALE, "severity": "warning"})
+        "kafka_cluster": "cluster-a", "alertname": STALE, "severity": "warning"})
     assert firing == CLIENTS, "the firing gauge counts the clients' incidents, seeded from the alerts topic"
     try:
         for batch_id, alerts in enumerate(batches[batch_id:], start=batch_id):
