@@ -32,24 +32,20 @@ def state_timeline() -> statetimeline.Panel:
 def brokers_not_active_timeseries() -> timeseries.Panel:
     not_active = selector("epochwatch_broker_state", state=("INITIAL", "INACTIVE", "STOPPING"))
     return (
-        timeseries.Panel().title("Brokers not ACTIVE per cluster")
-        .description("A broker cut off from the controller keeps serving old metadata to clients.")
-        .with_target(c.query(sum_by(("kafka_cluster",), not_active), legend="{{kafka_cluster}}"))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        c.timeseries_panel("Brokers not ACTIVE per cluster",
+                           "A broker cut off from the controller keeps serving old metadata to clients.",
+                           c.query(sum_by(("kafka_cluster",), not_active), legend="{{kafka_cluster}}"))
         .thresholds(c.thresholds(c.GREEN, (1, c.RED))).color_scheme(c.threshold_colors())
-        .legend(c.legend()).tooltip(c.tooltip())
     )
 
 
 def state_changes_timeseries() -> timeseries.Panel:
     changes = f"changes(({broker_state_code()})[$__rate_interval:])"
     return (
-        timeseries.Panel().title("State changes per broker")
-        .description("How often each broker changed state; many changes in a short window is flapping.")
-        .with_target(c.query(changes, legend=BROKER_LEGEND))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        c.timeseries_panel("State changes per broker",
+                           "How often each broker changed state; many changes in a short window is flapping.",
+                           c.query(changes, legend=BROKER_LEGEND))
         .thresholds(c.thresholds(c.GREEN, (3, c.ORANGE), (6, c.RED)))
-        .legend(c.legend()).tooltip(c.tooltip())
     )
 
 
@@ -65,13 +61,11 @@ def current_states_table() -> table.Panel:
 
 
 def build():
-    return (
+    dashboard = (
         c.new_dashboard(UID, TITLE, "State timeline of every broker (INITIAL / INACTIVE / ACTIVE / STOPPING).")
         .annotation(c.alerts_firing_annotation("Broker state alerts firing", STATE_ALERTS))
-        .with_row(c.row("Timeline"))
-        .with_panel(state_timeline())
-        .with_row(c.row("Details"))
-        .with_panel(brokers_not_active_timeseries())
-        .with_panel(state_changes_timeseries())
-        .with_panel(current_states_table())
     )
+    return c.with_rows(dashboard, {
+        "Timeline": [state_timeline()],
+        "Details": [brokers_not_active_timeseries(), state_changes_timeseries(), current_states_table()],
+    })

@@ -47,49 +47,44 @@ def client_alerts_stat() -> stat.Panel:
 
 def stale_clients_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Clients on stale metadata per cluster")
-        .description("Clients whose last metadata response was older than one they had accepted, per cluster.")
-        .with_target(c.query(sum_by(("kafka_cluster",), selector("epochwatch_clients_stale_metadata")), legend="{{kafka_cluster}}"))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        c.timeseries_panel("Clients on stale metadata per cluster",
+                           "Clients whose last metadata response was older than one they had accepted, per cluster.",
+                           c.query(sum_by(("kafka_cluster",), selector("epochwatch_clients_stale_metadata")),
+                                   legend="{{kafka_cluster}}"))
         .thresholds(c.thresholds(c.GREEN, (1, c.ORANGE), (10, c.RED))).thresholds_style(c.threshold_lines())
-        .legend(c.legend()).tooltip(c.tooltip())
         .links([c.dashboard_link(c.UID_METADATA_EPOCHS, "Metadata epoch lag")])
     )
 
 
 def overdue_rebootstrap_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Clients overdue for rebootstrap per cluster")
-        .description("Clients past metadata.recovery.rebootstrap.trigger.ms without usable metadata, per cluster.")
-        .with_target(c.query(sum_by(("kafka_cluster",), selector("epochwatch_clients_rebootstrap_overdue")), legend="{{kafka_cluster}}"))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        c.timeseries_panel("Clients overdue for rebootstrap per cluster",
+                           "Clients past metadata.recovery.rebootstrap.trigger.ms without usable metadata, per cluster.",
+                           c.query(sum_by(("kafka_cluster",), selector("epochwatch_clients_rebootstrap_overdue")),
+                                   legend="{{kafka_cluster}}"))
         .thresholds(c.thresholds(c.GREEN, (1, c.RED))).thresholds_style(c.threshold_lines())
-        .legend(c.legend()).tooltip(c.tooltip())
     )
 
 
 def client_alerts_timeseries() -> timeseries.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=CLIENT_ALERTS)
     return (
-        timeseries.Panel().title("Client alerts firing by alertname")
-        .description("Open client-side incidents per cluster and alert name.")
-        .with_target(c.query(sum_by(("kafka_cluster", "alertname"), firing), legend="{{kafka_cluster}} {{alertname}}"))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(24).height(8)
+        c.timeseries_panel("Client alerts firing by alertname",
+                           "Open client-side incidents per cluster and alert name.",
+                           c.query(sum_by(("kafka_cluster", "alertname"), firing),
+                                   legend="{{kafka_cluster}} {{alertname}}"),
+                           span=24)
         .stacking(c.stacked()).fill_opacity(40)
-        .legend(c.legend(table=True, calcs=("max", "lastNotNull"))).tooltip(c.tooltip())
+        .legend(c.legend(table=True, calcs=("max", "lastNotNull")))
     )
 
 
 def build():
-    return (
+    dashboard = (
         c.new_dashboard(UID, TITLE, "Clients on stale metadata, clients overdue for rebootstrap, client-side alerts.")
         .annotation(c.alerts_firing_annotation("Client alerts firing", CLIENT_ALERTS))
-        .with_row(c.row("Now"))
-        .with_panel(stale_clients_stat())
-        .with_panel(overdue_rebootstrap_stat())
-        .with_panel(client_alerts_stat())
-        .with_row(c.row("Over time"))
-        .with_panel(stale_clients_timeseries())
-        .with_panel(overdue_rebootstrap_timeseries())
-        .with_panel(client_alerts_timeseries())
     )
+    return c.with_rows(dashboard, {
+        "Now": [stale_clients_stat(), overdue_rebootstrap_stat(), client_alerts_stat()],
+        "Over time": [stale_clients_timeseries(), overdue_rebootstrap_timeseries(), client_alerts_timeseries()],
+    })

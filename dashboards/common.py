@@ -11,7 +11,7 @@ import json
 
 from grafana_foundation_sdk.builders import common as viz
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import prometheus, stat
+from grafana_foundation_sdk.builders import prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
@@ -75,6 +75,21 @@ def stat_panel(title: str, expr: str, *, description: str, thresholds: dash.Thre
     return panel
 
 
+def timeseries_panel(title: str, description: str, *targets: prometheus.Dataquery, unit: str = "short", span: int = 12,
+                     height: int = 8, whole: bool = True, from_zero: bool = True) -> timeseries.Panel:
+    """A graph over time with the datasource, legend and tooltip every dashboard shares, whole
+    numbers from 0 unless told otherwise; chain the rest (thresholds, stacking, links) onto it."""
+    panel = timeseries.Panel().title(title).description(description)
+    for target in targets:
+        panel = panel.with_target(target)
+    panel = panel.datasource(datasource()).unit(unit).span(span).height(height).legend(legend()).tooltip(tooltip())
+    if whole:
+        panel = panel.decimals(0)
+    if from_zero:
+        panel = panel.min(0)
+    return panel
+
+
 def datasource_variable() -> dash.DatasourceVariable:
     provisioned = dm.VariableOption(selected=True, text=PROVISIONED_DATASOURCE_NAME, value=PROVISIONED_DATASOURCE_UID)
     return dash.DatasourceVariable(DATASOURCE_VARIABLE).label("Data source").type("prometheus").current(provisioned)
@@ -117,6 +132,15 @@ def new_dashboard(uid: str, title: str, description: str) -> dash.Dashboard:
             .keep_time(True)
         )
     )
+
+
+def with_rows(dashboard: dash.Dashboard, rows: dict[str, list]) -> dash.Dashboard:
+    """The dashboard with a collapsible row per title, each followed by its panels, in order."""
+    for title, panels in rows.items():
+        dashboard = dashboard.with_row(row(title))
+        for panel in panels:
+            dashboard = dashboard.with_panel(panel)
+    return dashboard
 
 
 def alerts_firing_annotation(name: str, alertnames: tuple[str, ...] = ()) -> dash.AnnotationQuery:

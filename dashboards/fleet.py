@@ -53,11 +53,9 @@ def alerts_firing_stat(severity: str) -> stat.Panel:
 
 def brokers_per_state_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Brokers per state")
-        .description("Count of brokers in each controller-side state (KIP-343: INITIAL, INACTIVE = fenced, ACTIVE, STOPPING).")
-        .with_target(c.query(sum_by(("state",), selector("epochwatch_broker_state")), legend="{{state}}"))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
-        .legend(c.legend()).tooltip(c.tooltip())
+        c.timeseries_panel("Brokers per state",
+                           "Count of brokers in each controller-side state (KIP-343: INITIAL, INACTIVE = fenced, ACTIVE, STOPPING).",
+                           c.query(sum_by(("state",), selector("epochwatch_broker_state")), legend="{{state}}"))
         .stacking(c.stacked()).fill_opacity(40)
         .links([c.dashboard_link(c.UID_BROKER_STATES, "Broker state timeline")])
     )
@@ -65,21 +63,19 @@ def brokers_per_state_timeseries() -> timeseries.Panel:
 
 def active_brokers_per_cluster_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("ACTIVE brokers per cluster")
-        .description("Brokers in state ACTIVE per cluster; a dip is a broker fenced, shut down or restarting.")
-        .with_target(c.query(sum_by(("kafka_cluster",), selector("epochwatch_broker_state", state="ACTIVE")), legend="{{kafka_cluster}}"))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
-        .legend(c.legend()).tooltip(c.tooltip())
+        c.timeseries_panel("ACTIVE brokers per cluster",
+                           "Brokers in state ACTIVE per cluster; a dip is a broker fenced, shut down or restarting.",
+                           c.query(sum_by(("kafka_cluster",), selector("epochwatch_broker_state", state="ACTIVE")),
+                                   legend="{{kafka_cluster}}"))
     )
 
 
 def alerts_by_severity_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Alerts firing by severity")
-        .description("Open incidents per severity over time (all alert names, picked clusters).")
-        .with_target(c.query(sum_by(("severity",), selector("epochwatch_alerts_firing")), legend="{{severity}}"))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
-        .legend(c.legend()).tooltip(c.tooltip()).stacking(c.stacked()).fill_opacity(40)
+        c.timeseries_panel("Alerts firing by severity",
+                           "Open incidents per severity over time (all alert names, picked clusters).",
+                           c.query(sum_by(("severity",), selector("epochwatch_alerts_firing")), legend="{{severity}}"))
+        .stacking(c.stacked()).fill_opacity(40)
     )
 
 
@@ -96,20 +92,19 @@ def alerts_by_name_table() -> table.Panel:
 
 
 def build():
-    return (
+    dashboard = (
         c.new_dashboard(UID, TITLE, "Brokers per state, alerts firing by severity and name, clusters reporting.")
         .annotation(c.alerts_firing_annotation("Alerts firing"))
-        .with_row(c.row("Now"))
-        .with_panel(clusters_stat())
-        .with_panel(brokers_in_state_stat("ACTIVE"))
-        .with_panel(brokers_in_state_stat("INACTIVE"))
-        .with_panel(brokers_in_state_stat("STOPPING"))
-        .with_panel(alerts_firing_stat("critical"))
-        .with_panel(alerts_firing_stat("warning"))
-        .with_row(c.row("Brokers"))
-        .with_panel(brokers_per_state_timeseries())
-        .with_panel(active_brokers_per_cluster_timeseries())
-        .with_row(c.row("Alerts"))
-        .with_panel(alerts_by_severity_timeseries())
-        .with_panel(alerts_by_name_table())
     )
+    return c.with_rows(dashboard, {
+        "Now": [
+            clusters_stat(),
+            brokers_in_state_stat("ACTIVE"),
+            brokers_in_state_stat("INACTIVE"),
+            brokers_in_state_stat("STOPPING"),
+            alerts_firing_stat("critical"),
+            alerts_firing_stat("warning"),
+        ],
+        "Brokers": [brokers_per_state_timeseries(), active_brokers_per_cluster_timeseries()],
+        "Alerts": [alerts_by_severity_timeseries(), alerts_by_name_table()],
+    })

@@ -38,12 +38,10 @@ def regressions_firing_stat() -> stat.Panel:
 def restarts_timeseries() -> timeseries.Panel:
     expr = sum_by(("kafka_cluster", "broker_id"), increase("epochwatch_broker_restarts_total"))
     return (
-        timeseries.Panel().title("Restarts per broker")
-        .description("New incarnations (process starts) per broker in each interval.")
-        .with_target(c.query(f"{expr} > 0", legend=BROKER_LEGEND))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
+        c.timeseries_panel("Restarts per broker",
+                           "New incarnations (process starts) per broker in each interval.",
+                           c.query(f"{expr} > 0", legend=BROKER_LEGEND))
         .draw_style(cm.GraphDrawStyle.BARS).fill_opacity(80)
-        .legend(c.legend()).tooltip(c.tooltip())
         .links([c.dashboard_link(c.UID_BROKER_STATES, "Broker state timeline")])
     )
 
@@ -51,23 +49,21 @@ def restarts_timeseries() -> timeseries.Panel:
 def incarnation_timeseries() -> timeseries.Panel:
     expr = max_by(("kafka_cluster", "broker_id"), selector("epochwatch_broker_incarnation"))
     return (
-        timeseries.Panel().title("Incarnation id per broker")
-        .description("Grows with every restart; a step down means an old process is still heartbeating.")
-        .with_target(c.query(expr, legend=BROKER_LEGEND))
-        .datasource(c.datasource()).unit("none").decimals(0).span(12).height(8)
+        c.timeseries_panel("Incarnation id per broker",
+                           "Grows with every restart; a step down means an old process is still heartbeating.",
+                           c.query(expr, legend=BROKER_LEGEND),
+                           unit="none", from_zero=False)
         .line_interpolation(cm.LineInterpolation.STEP_AFTER)
-        .legend(c.legend()).tooltip(c.tooltip())
     )
 
 
 def regression_alerts_timeseries() -> timeseries.Panel:
     firing = selector("epochwatch_alerts_firing", alertname=REGRESSION_ALERTS + ("BrokerRestarted",))
     return (
-        timeseries.Panel().title("Incarnation alerts firing")
-        .description("Open incarnation regression, duplicate id and restart alerts per cluster and alert name.")
-        .with_target(c.query(sum_by(("kafka_cluster", "alertname"), firing), legend="{{kafka_cluster}} {{alertname}}"))
-        .datasource(c.datasource()).unit("short").decimals(0).min(0).span(12).height(8)
-        .legend(c.legend()).tooltip(c.tooltip())
+        c.timeseries_panel("Incarnation alerts firing",
+                           "Open incarnation regression, duplicate id and restart alerts per cluster and alert name.",
+                           c.query(sum_by(("kafka_cluster", "alertname"), firing),
+                                   legend="{{kafka_cluster}} {{alertname}}"))
     )
 
 
@@ -83,15 +79,11 @@ def restarts_table() -> table.Panel:
 
 
 def build():
-    return (
+    dashboard = (
         c.new_dashboard(UID, TITLE, "Broker restarts, incarnation ids, incarnation regressions and duplicate broker ids.")
         .annotation(c.alerts_firing_annotation("Incarnation alerts firing", REGRESSION_ALERTS))
-        .with_row(c.row("Now"))
-        .with_panel(restarts_in_range_stat())
-        .with_panel(regressions_firing_stat())
-        .with_row(c.row("Restarts"))
-        .with_panel(restarts_timeseries())
-        .with_panel(incarnation_timeseries())
-        .with_panel(regression_alerts_timeseries())
-        .with_panel(restarts_table())
     )
+    return c.with_rows(dashboard, {
+        "Now": [restarts_in_range_stat(), regressions_firing_stat()],
+        "Restarts": [restarts_timeseries(), incarnation_timeseries(), regression_alerts_timeseries(), restarts_table()],
+    })

@@ -56,30 +56,29 @@ def cluster_epoch_stat() -> stat.Panel:
 
 def lag_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Metadata epoch lag per broker")
-        .description("Controller metadata epoch minus the epoch the broker last applied. A broker that "
-                     "keeps lagging serves old metadata (KAFKA-6262).")
-        .with_target(c.query(max_by(("kafka_cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch_lag")),
-                             legend=BROKER_LEGEND))
-        .datasource(c.datasource()).unit("none").decimals(0).min(0).span(24).height(9)
+        c.timeseries_panel("Metadata epoch lag per broker",
+                           "Controller metadata epoch minus the epoch the broker last applied. A broker that "
+                           "keeps lagging serves old metadata (KAFKA-6262).",
+                           c.query(max_by(("kafka_cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch_lag")),
+                                   legend=BROKER_LEGEND),
+                           unit="none", span=24, height=9)
         .thresholds(lag_thresholds()).thresholds_style(c.threshold_lines())
-        .legend(c.legend(table=True, calcs=("max", "lastNotNull"))).tooltip(c.tooltip())
+        .legend(c.legend(table=True, calcs=("max", "lastNotNull")))
         .links([c.dashboard_link(c.UID_BROKER_STATES, "Broker state timeline")])
     )
 
 
 def epochs_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Cluster epoch and broker epochs")
-        .description("The controller's metadata epoch and the epoch each broker last applied; a broker's line "
-                     "that stays flat while the controller's climbs is cut off.")
-        .with_target(c.query(max_by(("kafka_cluster",), selector("epochwatch_cluster_metadata_epoch")),
-                             legend="{{kafka_cluster}} controller", ref_id="A"))
-        .with_target(c.query(max_by(("kafka_cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch")),
-                             legend=BROKER_LEGEND, ref_id="B"))
-        .datasource(c.datasource()).unit("none").decimals(0).span(12).height(8)
+        c.timeseries_panel("Cluster epoch and broker epochs",
+                           "The controller's metadata epoch and the epoch each broker last applied; a broker's line "
+                           "that stays flat while the controller's climbs is cut off.",
+                           c.query(max_by(("kafka_cluster",), selector("epochwatch_cluster_metadata_epoch")),
+                                   legend="{{kafka_cluster}} controller", ref_id="A"),
+                           c.query(max_by(("kafka_cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch")),
+                                   legend=BROKER_LEGEND, ref_id="B"),
+                           unit="none", from_zero=False)
         .line_interpolation(cm.LineInterpolation.STEP_AFTER)
-        .legend(c.legend()).tooltip(c.tooltip())
     )
 
 
@@ -97,16 +96,11 @@ def lag_now_bargauge() -> bargauge.Panel:
 
 
 def build():
-    return (
+    dashboard = (
         c.new_dashboard(UID, TITLE, "Per-broker metadata epoch lag behind the controller, with the cluster epoch.")
         .annotation(c.alerts_firing_annotation("Lag alerts firing", LAG_ALERTS))
-        .with_row(c.row("Now"))
-        .with_panel(max_lag_stat())
-        .with_panel(lagging_brokers_stat())
-        .with_panel(lag_alerts_stat())
-        .with_panel(cluster_epoch_stat())
-        .with_row(c.row("Lag"))
-        .with_panel(lag_timeseries())
-        .with_panel(epochs_timeseries())
-        .with_panel(lag_now_bargauge())
     )
+    return c.with_rows(dashboard, {
+        "Now": [max_lag_stat(), lagging_brokers_stat(), lag_alerts_stat(), cluster_epoch_stat()],
+        "Lag": [lag_timeseries(), epochs_timeseries(), lag_now_bargauge()],
+    })

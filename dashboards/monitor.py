@@ -116,13 +116,14 @@ def alerts_firing_stat() -> stat.Panel:
 
 def throughput_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Input and processed rows per second")
-        .description("Processed below input for long means the job falls behind.")
-        .with_target(c.query(f"sum({selector('epochwatch_input_rows_per_second')})", legend="input", ref_id="A"))
-        .with_target(c.query(f"sum({selector('epochwatch_processed_rows_per_second')})", legend="processed", ref_id="B"))
-        .with_target(c.query(f"sum({rate('epochwatch_input_events_total')})", legend="input events (rate)", ref_id="C"))
-        .datasource(c.datasource()).unit("rowsps").min(0).span(12).height(8)
-        .legend(c.legend()).tooltip(c.tooltip())
+        c.timeseries_panel("Input and processed rows per second",
+                           "Processed below input for long means the job falls behind.",
+                           c.query(f"sum({selector('epochwatch_input_rows_per_second')})", legend="input", ref_id="A"),
+                           c.query(f"sum({selector('epochwatch_processed_rows_per_second')})",
+                                   legend="processed", ref_id="B"),
+                           c.query(f"sum({rate('epochwatch_input_events_total')})",
+                                   legend="input events (rate)", ref_id="C"),
+                           unit="rowsps", whole=False)
     )
 
 
@@ -142,72 +143,71 @@ def batch_duration_timeseries() -> timeseries.Panel:
 
 def dead_letters_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Dead letters by reason, and data loss")
-        .description("Input records sent to the DLQ topic, per second, by reason; and the times the source "
-                     "skipped records it could no longer read (failOnDataLoss=false).")
-        .with_target(c.query(sum_by(("reason",), rate("epochwatch_dead_letters_total")), legend="{{reason}}"))
-        .with_target(c.query(f"sum({rate('epochwatch_source_data_loss_total')})", legend="data loss", ref_id="B"))
-        .datasource(c.datasource()).unit("cps").min(0).span(12).height(8)
+        c.timeseries_panel("Dead letters by reason, and data loss",
+                           "Input records sent to the DLQ topic, per second, by reason; and the times the source "
+                           "skipped records it could no longer read (failOnDataLoss=false).",
+                           c.query(sum_by(("reason",), rate("epochwatch_dead_letters_total")), legend="{{reason}}"),
+                           c.query(f"sum({rate('epochwatch_source_data_loss_total')})", legend="data loss", ref_id="B"),
+                           unit="cps", whole=False)
         .stacking(c.stacked()).fill_opacity(40)
-        .legend(c.legend()).tooltip(c.tooltip())
     )
 
 
 def late_events_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Late events")
-        .description("Events behind their key's horizon, per second: applied late and counted, not dropped.")
-        .with_target(c.query(f"sum({rate('epochwatch_late_events_total')})", legend="late events"))
-        .datasource(c.datasource()).unit("cps").min(0).span(12).height(8)
-        .legend(c.legend()).tooltip(c.tooltip())
+        c.timeseries_panel("Late events",
+                           "Events behind their key's horizon, per second: applied late and counted, not dropped.",
+                           c.query(f"sum({rate('epochwatch_late_events_total')})", legend="late events"),
+                           unit="cps", whole=False)
     )
 
 
 def state_and_lag_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("State rows and source lag")
-        .description("State store rows (grow with the fleet) and records not yet read (should stay near 0).")
-        .with_target(c.query(f"sum({selector('epochwatch_state_rows')})", legend="state rows", ref_id="A"))
-        .with_target(c.query(f"sum({selector('epochwatch_source_lag_records')})", legend="source lag (records)", ref_id="B"))
-        .datasource(c.datasource()).unit("short").min(0).span(12).height(8)
-        .legend(c.legend()).tooltip(c.tooltip())
+        c.timeseries_panel("State rows and source lag",
+                           "State store rows (grow with the fleet) and records not yet read (should stay near 0).",
+                           c.query(f"sum({selector('epochwatch_state_rows')})", legend="state rows", ref_id="A"),
+                           c.query(f"sum({selector('epochwatch_source_lag_records')})",
+                                   legend="source lag (records)", ref_id="B"),
+                           whole=False)
     )
 
 
 def alertmanager_timeseries() -> timeseries.Panel:
     return (
-        timeseries.Panel().title("Alertmanager delivery")
-        .description("Notifications waiting for Alertmanager, failed deliveries per second, and alert "
-                     "transitions per second by status.")
-        .with_target(c.query(f"sum({selector('epochwatch_alertmanager_backlog')})", legend="backlog", ref_id="A"))
-        .with_target(c.query(f"sum({rate('epochwatch_alertmanager_delivery_failures_total')})",
-                             legend="delivery failures / s", ref_id="B"))
-        .with_target(c.query(sum_by(("status",), rate("epochwatch_alert_transitions_total")),
-                             legend="alert transitions / s ({{status}})", ref_id="C"))
-        .datasource(c.datasource()).unit("short").min(0).span(12).height(8)
-        .legend(c.legend()).tooltip(c.tooltip())
+        c.timeseries_panel("Alertmanager delivery",
+                           "Notifications waiting for Alertmanager, failed deliveries per second, and alert "
+                           "transitions per second by status.",
+                           c.query(f"sum({selector('epochwatch_alertmanager_backlog')})", legend="backlog", ref_id="A"),
+                           c.query(f"sum({rate('epochwatch_alertmanager_delivery_failures_total')})",
+                                   legend="delivery failures / s", ref_id="B"),
+                           c.query(sum_by(("status",), rate("epochwatch_alert_transitions_total")),
+                                   legend="alert transitions / s ({{status}})", ref_id="C"),
+                           whole=False)
     )
 
 
 def build():
-    return (
+    dashboard = (
         c.new_dashboard(UID, TITLE, "Is the epochwatch job up, keeping up, and delivering alerts?")
         .with_variable(job_variable())
         .with_variable(instance_variable())
         .annotation(meta_alerts_annotation())
-        .with_row(c.row("Now"))
-        .with_panel(up_stat())
-        .with_panel(last_batch_age_stat())
-        .with_panel(source_lag_stat())
-        .with_panel(state_rows_stat())
-        .with_panel(alertmanager_backlog_stat())
-        .with_panel(alerts_firing_stat())
-        .with_row(c.row("Throughput"))
-        .with_panel(throughput_timeseries())
-        .with_panel(batch_duration_timeseries())
-        .with_row(c.row("Losses and backlog"))
-        .with_panel(dead_letters_timeseries())
-        .with_panel(late_events_timeseries())
-        .with_panel(state_and_lag_timeseries())
-        .with_panel(alertmanager_timeseries())
     )
+    return c.with_rows(dashboard, {
+        "Now": [
+            up_stat(),
+            last_batch_age_stat(),
+            source_lag_stat(),
+            state_rows_stat(),
+            alertmanager_backlog_stat(),
+            alerts_firing_stat(),
+        ],
+        "Throughput": [throughput_timeseries(), batch_duration_timeseries()],
+        "Losses and backlog": [
+            dead_letters_timeseries(),
+            late_events_timeseries(),
+            state_and_lag_timeseries(),
+            alertmanager_timeseries(),
+        ],
+    })
