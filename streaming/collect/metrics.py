@@ -12,15 +12,16 @@ cluster id is in `kafka_cluster`, as on the job's series and alerts (streaming.s
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from streaming.sinks.endpoint import MetricsEndpoint
 from streaming.sinks.labels import METRIC_CLUSTER_LABEL as CLUSTER_LABEL
 
 
 class CollectorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
-        self._server = None
+        self._endpoint = MetricsEndpoint(self.registry)
         r = self.registry
         self.up = Gauge("epochwatch_collector_up", "1 while the collector runs rounds for this cluster",
                         [CLUSTER_LABEL], registry=r)
@@ -52,15 +53,11 @@ class CollectorMetrics:
 
     def serve(self, port: int, address: str) -> int:
         """Expose /metrics on a daemon thread; returns the bound port (0 picks a free one)."""
-        self._server, _thread = start_http_server(port, addr=address, registry=self.registry)
-        return self._server.server_port
+        return self._endpoint.serve(port, address)
 
     def stop(self) -> None:
         """No more /metrics: to Prometheus, the collector is gone."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        self._endpoint.stop()
 
     def round_done(self, report, events: list[dict], publisher, now_s: float, commit_log=None) -> None:
         cluster = report.cluster_id

@@ -159,11 +159,7 @@ class ClientRollup:
                 self.alone[_kind(record)] += 1
                 rollup = None
             else:
-                labels = rollup_labels(record, scope)
-                rollup = self.open.get(labels)
-                if rollup is None:
-                    rollup = self.open[labels] = Rollup.opened_by(record, labels, scope)
-                rollup.add(record)
+                rollup = self._count_in(record, scope)
             self.members[fp] = rollup
         if rollup is None:
             return None
@@ -196,6 +192,15 @@ class ClientRollup:
         touched.pop(rollup.labels, None)
         rollups.append(self._record(rollup, RESOLVED, ends_at=int(record.get("ends_at") or record["event_time"])))
         return rollup.scope
+
+    def _count_in(self, record: dict, scope: str) -> "Rollup":
+        """The open roll-up of ``record``'s scope (opened by it if none is), with the record counted."""
+        labels = rollup_labels(record, scope)
+        rollup = self.open.get(labels)
+        if rollup is None:
+            rollup = self.open[labels] = Rollup.opened_by(record, labels, scope)
+        rollup.add(record)
+        return rollup
 
     def _scope(self, record: dict) -> str | None:
         """Where a new incident goes: a roll-up's scope, or None (alerted alone)."""
@@ -252,11 +257,7 @@ class ClientRollup:
                 self.members[record["fingerprint"]] = None
                 self.alone[_kind(record)] += 1
             else:
-                labels = rollup_labels(record, scope)
-                rollup = self.open.get(labels)
-                if rollup is None:
-                    rollup = self.open[labels] = Rollup.opened_by(record, labels, scope)
-                rollup.add(record)
+                rollup = self._count_in(record, scope)
                 rollup.event_time = max(rollup.event_time, int(record["event_time"]))
                 self.members[record["fingerprint"]] = rollup
         written: dict[tuple, dict] = {}   # labels -> the annotations the topic holds for an open roll-up

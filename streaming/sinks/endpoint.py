@@ -23,7 +23,10 @@ class _QuietHandler(WSGIRequestHandler):
         """Scrapes and status requests are not logged (every few seconds, for ever)."""
 
 
-class DriverEndpoint:
+class MetricsEndpoint:
+    """``/metrics`` of ``registry``, and the status view when given a ``board`` (the collector's
+    endpoint has none)."""
+
     def __init__(self, registry, board=None):
         self.metrics_app = make_wsgi_app(registry)
         self.board = board

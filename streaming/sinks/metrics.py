@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from streaming.events import BROKER_STATES
 from streaming.rules.table import EXPIRED_SUMMARY, RESET_SUMMARY
-from streaming.sinks.endpoint import DriverEndpoint
+from streaming.sinks.endpoint import MetricsEndpoint
 from streaming.sinks.labels import METRIC_CLUSTER_LABEL as CLUSTER_LABEL
 from streaming.spark.packs import INPUT_METRIC
 from streaming.spark.refusals import Refusals
@@ -133,7 +133,7 @@ class Metrics:
         board (streaming.sinks.status); returns the bound port (0 picks a free one)."""
         if self._server is not None:
             raise RuntimeError("metrics are already served; call stop() first")
-        self._server = DriverEndpoint(self.registry, status)
+        self._server = MetricsEndpoint(self.registry, status)
         return self._server.serve(port, addr)
 
     def stop(self) -> None:

@@ -91,6 +91,17 @@ def test_every_dashboard_query_is_valid_promql(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def assert_promql(tmp_path, series: list[dict], tests: list[dict]) -> None:
+    """promtool evaluates each PromQL test over the input series (minutes apart)."""
+    (tmp_path / "empty.yml").write_text("groups: []\n")
+    (tmp_path / "test.yml").write_text(yaml.safe_dump({
+        "rule_files": ["empty.yml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
+    }))
+    result = run_promtool(tmp_path, "test", "rules", "test.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @needs_promtool
 def test_broker_state_code_evaluates_to_kafka_state_codes_for_the_picked_cluster(tmp_path):
     """Broker 1 of c1 goes INITIAL -> INACTIVE -> ACTIVE -> STOPPING, one state per minute.
@@ -106,13 +117,7 @@ def test_broker_state_code_evaluates_to_kafka_state_codes_for_the_picked_cluster
     tests = [{"expr": expr, "eval_time": f"{minute}m",
               "exp_samples": [{"labels": '{kafka_cluster="c1",broker_id="1"}', "value": code}]}
              for minute, code in enumerate((0, 1, 2, 3))]
-    (tmp_path / "empty.yml").write_text("groups: []\n")
-    (tmp_path / "test.yml").write_text(yaml.safe_dump({
-        "rule_files": ["empty.yml"], "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-    }))
-    result = run_promtool(tmp_path, "test", "rules", "test.yml")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_promql(tmp_path, series, tests)
 
 
 @needs_promtool
@@ -129,10 +134,4 @@ def test_firing_annotation_spans_the_alert_from_firing_to_resolved(tmp_path):
     firing = [{"labels": f'{{kafka_cluster="c1",{labels}}}', "value": 1}]
     tests = [{"expr": expr, "eval_time": f"{minute}m", "exp_samples": firing if minute in (1, 2) else []}
              for minute in range(5)]
-    (tmp_path / "empty.yml").write_text("groups: []\n")
-    (tmp_path / "test.yml").write_text(yaml.safe_dump({
-        "rule_files": ["empty.yml"], "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": tests}],
-    }))
-    result = run_promtool(tmp_path, "test", "rules", "test.yml")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_promql(tmp_path, series, tests)
