@@ -26,6 +26,16 @@ def _events(cluster: str, brokers: list[int], start: int, count: int) -> list[di
     return out
 
 
+def run_to_the_one_dead_letter(spark, settings, broker):
+    """The job run over the topic to its end, without failing: what reached its sinks, and the one
+    dead letter it wrote with its headers."""
+    memory = MemorySink()
+    query = run_to_end(spark, settings, [memory])
+    assert query.exception() is None, query.exception()
+    [letter] = read_topic(broker.bootstrap_servers, settings.kafka.dlq_topic, 1)
+    return memory, letter, headers_to_dict(letter.headers())
+
+
 def test_a_megabyte_of_random_bytes_is_dead_lettered_truncated_and_the_job_goes_on(broker, spark, tmp_path):
     """Reported: such a record (its producer allowed 2 MB) stopped `epochwatch run` with
     MSG_SIZE_TOO_LARGE while it produced the dead letter (the same bytes plus headers), and the
@@ -39,12 +49,7 @@ def test_a_megabyte_of_random_bytes_is_dead_lettered_truncated_and_the_job_goes_
     # ten of each: the last 2 s of them wait for a watermark (rules.event.allowed.lateness.ms)
     write_events(broker.bootstrap_servers, k.events_topic, _events("big-record", [1, 2], T0 + 2_000, 10))
 
-    memory = MemorySink()
-    query = run_to_end(spark, settings, [memory])
-
-    assert query.exception() is None, query.exception()
-    [letter] = read_topic(broker.bootstrap_servers, k.dlq_topic, 1)
-    headers = headers_to_dict(letter.headers())
+    memory, letter, headers = run_to_the_one_dead_letter(spark, settings, broker)
     assert headers["epochwatch.dlq.reason"] == "bad_magic_byte"
     assert (headers["epochwatch.source.topic"], headers["epochwatch.source.offset"]) == (k.events_topic, "4")
     assert headers["epochwatch.source.value.size"] == str(len(big))
@@ -70,12 +75,7 @@ def test_an_event_with_ids_of_hundreds_of_kb_is_a_dead_letter_of_its_own(broker,
                  [*_events("long-ids", [1], T0, 2), hostile, longest, *_events("long-ids", [1], T0 + 2_000, 2)],
                  **{"message.max.bytes": 2_000_000})
 
-    memory = MemorySink()
-    query = run_to_end(spark, settings, [memory])
-
-    assert query.exception() is None, query.exception()
-    [letter] = read_topic(broker.bootstrap_servers, k.dlq_topic, 1)
-    headers = headers_to_dict(letter.headers())
+    memory, letter, headers = run_to_the_one_dead_letter(spark, settings, broker)
     assert headers["epochwatch.dlq.reason"] == "id_too_long"
     assert "client_id" in headers["epochwatch.dlq.detail"] and "255" in headers["epochwatch.dlq.detail"]
     assert headers["epochwatch.source.offset"] == "2"

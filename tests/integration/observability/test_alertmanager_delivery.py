@@ -78,6 +78,17 @@ def settings(**sinks) -> config.SinkSettings:
     return config.load(overrides={f"sinks.{k}": v for k, v in sinks.items()}).sinks
 
 
+def sending_one_alert(sinks, keys: dict) -> tuple[AlertmanagerSink, Metrics, dict]:
+    """A sink as ``sinks.*`` keys describe it (made through the ``sinks`` fixture), its metrics, and
+    the one alert it was just given to deliver."""
+    metrics = Metrics()
+    sink = sinks(AlertmanagerSink.from_settings(settings(**keys), metrics))
+    lag = alert("lag")
+    sink.add([lag])
+    sink.flush()
+    return sink, metrics, lag
+
+
 @pytest.fixture
 def sinks():
     """Make sinks that are closed at the end of the test (their threads are daemons, but a test
@@ -228,13 +239,8 @@ def test_bearer_token_through_the_proxy_in_front(alertmanager, sinks, monkeypatc
     proxy = BearerTokenProxy(alertmanager.url, TOKEN)
     try:
         monkeypatch.setenv("EPOCHWATCH_TEST_AM_TOKEN", token)
-        metrics = Metrics()
-        sink = sinks(AlertmanagerSink.from_settings(
-            settings(**{"alertmanager.url": proxy.url, "alertmanager.bearer.token": "${EPOCHWATCH_TEST_AM_TOKEN}"}),
-            metrics))
-        lag = alert("lag")
-        sink.add([lag])
-        sink.flush()
+        sink, metrics, lag = sending_one_alert(
+            sinks, {"alertmanager.url": proxy.url, "alertmanager.bearer.token": "${EPOCHWATCH_TEST_AM_TOKEN}"})
         if delivered:
             wait_until(lambda: find(alertmanager, lag), timeout_s=10, what="the alert through the proxy")
             assert proxy.refused == 0
@@ -256,11 +262,7 @@ def test_tls_verified_against_the_configured_ca(start_alertmanager, sinks, tmp_p
     keys = {"alertmanager.url": am.url}
     if ca is not None:
         keys["alertmanager.tls.ca.file"] = str(getattr(pki, ca))
-    metrics = Metrics()
-    sink = sinks(AlertmanagerSink.from_settings(settings(**keys), metrics))
-    lag = alert("lag")
-    sink.add([lag])
-    sink.flush()
+    sink, metrics, lag = sending_one_alert(sinks, keys)
     if delivered:
         wait_until(lambda: find(am, lag), timeout_s=10, what="the alert over TLS")
         assert failures(metrics, am.url) == 0
@@ -279,11 +281,7 @@ def test_client_certificate_for_an_alertmanager_that_requires_one(start_alertman
     if with_cert:
         keys.update({"alertmanager.tls.cert.file": str(pki.client_cert),
                      "alertmanager.tls.key.file": str(pki.client_key)})
-    metrics = Metrics()
-    sink = sinks(AlertmanagerSink.from_settings(settings(**keys), metrics))
-    lag = alert("lag")
-    sink.add([lag])
-    sink.flush()
+    sink, metrics, lag = sending_one_alert(sinks, keys)
     if with_cert:
         wait_until(lambda: find(am, lag), timeout_s=10, what="the alert with a client certificate")
     else:
