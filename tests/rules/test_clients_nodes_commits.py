@@ -41,12 +41,6 @@ CLIENT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("events,until,expected", CLIENT_CASES)
-def test_client_rules(events, until, expected):
-    alerts, _ = run("clients", events, until)
-    assert summary(alerts) == expected
-
-
 def storm(node, clients, start, per_client=4, base=10000, cap=30000, off_formula=False):
     out = []
     for c in range(clients):
@@ -70,12 +64,6 @@ NODE_CASES = [
                  [("firing", "RebootstrapRequired", "9000"), ("resolved", "RebootstrapRequired", "9000")],
                  id="4-a proxy answering REBOOTSTRAP_REQUIRED: one alert for the node, not per client"),
 ]
-
-
-@pytest.mark.parametrize("events,until,expected", NODE_CASES)
-def test_node_rules(events, until, expected):
-    alerts, _ = run("nodes", events, until)
-    assert summary(alerts) == expected
 
 
 def test_storm_description_counts_timeouts_off_kip601():
@@ -120,12 +108,6 @@ COMMIT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("events,until,expected", COMMIT_CASES)
-def test_commit_rules(events, until, expected):
-    alerts, _ = run("commits", events, until)
-    assert summary(alerts) == expected
-
-
 def test_client_conditions_come_in_client_id_order_whatever_order_the_clients_were_seen_in():
     """Why: the quiet-run pass creates client records in another order than applying event by
     event, and the alerts of one evaluation follow the conditions' order; hypothesis found two
@@ -137,3 +119,13 @@ def test_client_conditions_come_in_client_id_order_whatever_order_the_clients_we
                                              stale_last_ms=[300], stale_counts=[1])
     order = [(c.alertname, dict(c.labels)["client_id"]) for c in shard.conditions(400)]
     assert order == [(name, client) for client in "abc" for name in ("StaleMetadataResponse", "ClusterIdMismatch")]
+
+
+@pytest.mark.parametrize("kind,events,until,expected", [
+    pytest.param(kind, *case.values, id=f"{kind}-{case.id}")
+    for kind, cases in (("clients", CLIENT_CASES), ("nodes", NODE_CASES), ("commits", COMMIT_CASES)) for case in cases])
+def test_rules_of_a_kind(kind, events, until, expected):
+    """Each case: a key of ``kind`` applies the events and evaluates up to ``until``; the alerts it
+    emits, in order (the case's id says why)."""
+    alerts, _ = run(kind, events, until)
+    assert summary(alerts) == expected
