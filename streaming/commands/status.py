@@ -24,9 +24,11 @@ def register(sub) -> None:
                                    "firing with their age, fenced, stopping and lagging brokers, stale and "
                                    "rebootstrap-overdue clients, and the job's own progress. Exit code 0: all OK; "
                                    "1: something is wrong; 2: no status (job unreachable, unknown cluster).")
-    p.add_argument("--url", default=DEFAULT_URL,
-                   help=f"the job's metrics endpoint, http://sinks.metrics.address:sinks.metrics.port "
-                        f"(default {DEFAULT_URL})")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--url", help=f"the job's metrics endpoint, http://sinks.metrics.address:sinks.metrics.port "
+                                     f"(default {DEFAULT_URL})")
+    where.add_argument("--config", metavar="PATH",
+                       help="the job's config file: ask the endpoint its sinks.metrics.address and port say")
     p.add_argument("--cluster", metavar="ID", help="one cluster in full (default: every cluster)")
     p.add_argument("--json", action="store_true", help="print the endpoint's JSON instead of the table")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the job's answer (default 5)")
@@ -38,8 +40,8 @@ class NoStatus(Exception):
 
 
 def run(args) -> int:
-    base = args.url.rstrip("/")
     try:
+        base = (endpoint_of(args.config) if args.config else args.url or DEFAULT_URL).rstrip("/")
         if args.cluster:
             answer = fetch(f"{base}/status/{quote(args.cluster, safe='')}", args.timeout)
             details = {args.cluster: answer["status"]}
@@ -59,6 +61,21 @@ def run(args) -> int:
         print("\n".join(lines))
     level = overview["status"] if overview is not None else details[args.cluster]["status"]
     return EXIT_OK if level == "OK" else EXIT_WRONG
+
+
+def endpoint_of(config_path: str) -> str:
+    """The metrics endpoint a config serves, as a client on this host reaches it (a wildcard
+    address is asked on loopback)."""
+    from streaming import config
+
+    try:
+        sinks = config.load(config_path).sinks
+    except config.ConfigError as exc:
+        raise NoStatus(str(exc)) from None
+    if not sinks.metrics_port:
+        raise NoStatus(f"{config_path} turns the metrics port off (sinks.metrics.port: 0): there is no status view")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(sinks.metrics_address, sinks.metrics_address)
+    return f"http://{f'[{host}]' if ':' in host else host}:{sinks.metrics_port}"
 
 
 def fetch(url: str, timeout_s: float) -> dict:

@@ -121,3 +121,18 @@ def test_a_port_without_the_status_view_says_so(capsys):
                                            (3 * 3600 + 7 * 60, "3h07m"), (2 * 86400 + 4 * 3600 + 59, "2d04h")])
 def test_ages_read_at_a_glance(seconds, text):
     assert age_text(seconds) == text
+
+
+def test_the_config_names_the_endpoint(job, capsys, tmp_path):
+    """`--config` asks where the job's config serves: its sinks.metrics.address and port (a
+    wildcard address is asked on loopback); a config with the port off has no status view."""
+    url, _ = job
+    port = url.rsplit(":", 1)[1]
+    served = tmp_path / "served.yaml"
+    served.write_text(f"sinks:\n  metrics.port: {port}\n  metrics.address: 0.0.0.0\n")
+    assert main(["status", "--config", str(served)]) == 0
+    assert "OK" in capsys.readouterr().out
+    off = tmp_path / "off.yaml"
+    off.write_text("sinks:\n  metrics.port: 0\n")
+    assert main(["status", "--config", str(off)]) == 2
+    assert "sinks.metrics.port: 0" in capsys.readouterr().err
