@@ -111,6 +111,11 @@ class Monitor:
                 if r["status"] == "firing" and r["severity"] in PAGING and r["event_time"] >= since_ms
                 and (until_ms is None or r["event_time"] <= until_ms)]
 
+    def fired_at(self, alertname: str, labels: dict) -> int:
+        """When the job wrote the firing record of that alert (its event time, the job's clock)."""
+        return next(r["event_time"] for r in self.records()
+                    if r["alertname"] == alertname and r["labels"] == labels and r["status"] == "firing")
+
     def summary(self, since_ms: int = 0) -> list[str]:
         return [f"{r['status']} {r['alertname']} {dict(r['labels'])}" for r in self.records() if r["event_time"] >= since_ms]
 

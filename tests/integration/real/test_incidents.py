@@ -148,15 +148,24 @@ def test_an_old_process_resumed_after_its_id_registered_again_is_an_incarnation_
     try:
         monitor.wait_alert("BrokerHeartbeatTimeout", since_ms=start, broker_id=1, timeout_s=60)
         second = c.start_duplicate(1)  # registers once the paused process's session is over
+        restarting = now_ms()
         monitor.restart_collector(extra_urls=(second.metrics_url,))
         monitor.wait_alert("BrokerRestarted", since_ms=start, broker_id=1, timeout_s=90)
+        collector_back = now_ms()
         c.resume(1)
         resumed = now_ms()
         regression = monitor.wait_alert("BrokerIncarnationRegression", since_ms=start, broker_id=1, timeout_s=60)
         delay_line("old process resumed after its id registered again -> BrokerIncarnationRegression", resumed,
                    regression)
-        assert {p[0] for p in monitor.pages(start)} <= {"BrokerHeartbeatTimeout", "BrokerIncarnationRegression",
-                                                          "DuplicateBrokerId", *STALENESS}
+        # The collector's restart is a gap in the telemetry: on a loaded machine (its start, its first
+        # round over a bootstrap list with the paused broker first) longer than the silence timeout,
+        # and the job says ClusterSilent until the collector is back: lost telemetry, muted by
+        # EpochwatchCollectorDown in Alertmanager (test_a_stopped_collector_is_lost_telemetry...).
+        # Any other ClusterSilent would be this incident's doing.
+        pages = [(name, labels) for name, labels in monitor.pages(start)
+                 if not (name == "ClusterSilent" and restarting <= monitor.fired_at(name, labels) <= collector_back)]
+        assert {name for name, _ in pages} <= {"BrokerHeartbeatTimeout", "BrokerIncarnationRegression",
+                                               "DuplicateBrokerId", *STALENESS}, pages
     finally:
         c.resume(1)
         if second is not None:
