@@ -42,6 +42,9 @@ class OpenAlert:
     since_ms: int
     firing: bool = False
     description: str = ""
+    # its place in the tracker's ``open`` (the order alerts resolve in), not stored: rebuilt from
+    # the stored rows' order
+    opened: int = field(default=0, compare=False, repr=False)
 
     @property
     def identity(self) -> tuple:
@@ -55,9 +58,13 @@ class AlertTracker:
     cluster_id: str
     settings: RuleSettings
     open: dict[tuple, OpenAlert] = field(default_factory=dict)
+    opened: int = field(default=0, compare=False, repr=False)  # alerts opened so far: the next one's place
 
-    def update(self, conditions: Iterable[Condition], now: int) -> list[dict]:
-        """Diff the conditions holding at ``now`` against the open alerts; return new records."""
+    def update(self, conditions: Iterable[Condition], now: int, among: Iterable[tuple] | None = None) -> list[dict]:
+        """Diff the conditions holding at ``now`` against the open alerts; return new records.
+        ``among``: the open alerts these conditions decide (None: every one); one of them that no
+        condition holds resolves, the others stay as they are (the conditions of some entities
+        alone: streaming.fastpath.changed_entities)."""
         records: list[dict] = []
         seen = set()
         base = self.settings.runbook_base_url
@@ -70,14 +77,18 @@ class AlertTracker:
             seen.add(cond.identity)
             alert = self.open.get(cond.identity)
             if alert is None:
-                alert = self.open[cond.identity] = OpenAlert(cond.alertname, cond.labels, cond.since_ms)
+                alert = self.open[cond.identity] = OpenAlert(cond.alertname, cond.labels, cond.since_ms,
+                                                             opened=self.opened)
+                self.opened += 1
             alert.description = cond.description or alert.description
             fire_at = alert.since_ms + rule.pending_ms(self.settings)
             if not alert.firing and now >= fire_at:
                 alert.firing = True
                 records.append(alert_record(rule, self.cluster_id, alert.labels, "firing", alert.since_ms,
                                             max(now, fire_at), alert.description, runbook_base=base))
-        for identity in [i for i in self.open if i not in seen]:
+        # in the order they opened, whether all or some of them are asked about
+        candidates = self.open if among is None else sorted(among, key=lambda i: self.open[i].opened)
+        for identity in [i for i in candidates if i not in seen]:
             alert = self.open.pop(identity)
             if alert.firing:
                 rule = RULES[alert.alertname]
@@ -87,8 +98,16 @@ class AlertTracker:
 
     def next_deadline(self) -> int | None:
         """When a pending alert becomes due (None if nothing is pending)."""
-        due = [a.since_ms + RULES[a.alertname].pending_ms(self.settings) for a in self.open.values() if not a.firing]
+        due = [self._fire_time(a) for a in self.open.values() if not a.firing]
         return min(due) if due else None
+
+    def fire_time(self, identity: tuple) -> int | None:
+        """When the open alert ``identity`` fires; None once it has."""
+        alert = self.open[identity]
+        return None if alert.firing else self._fire_time(alert)
+
+    def _fire_time(self, alert: OpenAlert) -> int:
+        return alert.since_ms + RULES[alert.alertname].pending_ms(self.settings)
 
     # persistence as plain tuples (the processor stores them in a ListState)
     def to_rows(self) -> list[tuple]:
@@ -99,6 +118,7 @@ class AlertTracker:
         tracker = cls(cluster_id, settings)
         for name, labels_json, since, firing, description in rows:
             labels = tuple(tuple(p) for p in json.loads(labels_json))
-            alert = OpenAlert(name, labels, int(since), bool(firing), description or "")
+            alert = OpenAlert(name, labels, int(since), bool(firing), description or "", opened=tracker.opened)
             tracker.open[alert.identity] = alert
+            tracker.opened += 1
         return tracker
