@@ -15,6 +15,7 @@ from streaming.rules.records import (
     NO_TIME,
     ClientRecord,
     expire,
+    expire_among,
     first_after,
     over_capacity,
     record_of,
@@ -25,6 +26,12 @@ from streaming.rules.table import RulesTable
 from streaming.rules.validity import jumps
 
 REPORTED_EXAMPLES = 3   # client ids a shard's summary names of each kind (stale, overdue)
+_CLIENT_ID = attrgetter("client_id")
+
+
+def _has_open(c: ClientRecord) -> bool:
+    """A stale incident, a failure or a cluster-id mismatch open: what conditions and deadlines come from."""
+    return bool(c.stale_broker_ids) or c.first_failure_ms != NO_TIME or c.mismatch_since_ms != NO_TIME
 
 
 @dataclass
@@ -35,10 +42,20 @@ class ClientShard(RulesTable):
     # every client changed since the engine last reported (streaming.spark.key_steps reads only these
     # again for the stored JSON): whatever changes a record marks it here
     touched: set[str] = field(default_factory=set)
+    # every client an event added or changed since the engine last evaluated (it evaluates only
+    # these, and those whose time has come: streaming.fastpath.changed_entities)
+    changed: set[str] = field(default_factory=set)
     dirty: bool = False
+    # a client's conditions are its own: the engine may evaluate some clients alone
+    evaluates_entities = True
 
     def client(self, client_id: str) -> ClientRecord:
+        self.changed.add(client_id)
         return record_of(self.clients, self.touched, client_id, ClientRecord)
+
+    def take_changed(self) -> set[str]:
+        taken, self.changed = self.changed, set()
+        return taken
 
     def over_capacity(self, ev: dict) -> str | None:
         """Why an event of a client new to a full shard is refused (rules.state.max.clients.per.cluster)."""
@@ -98,7 +115,12 @@ class ClientShard(RulesTable):
                                   or (c.last_event_ms != NO_TIME and last - c.last_event_ms >= expiry)
                                   or (cluster_id and c.known_cluster_id and cluster_id != c.known_cluster_id)):
                 continue
-            c = self.client(client_id)
+            if c is None:
+                self.changed.add(client_id)   # new: the engine must learn when to forget it
+            # Not marked changed otherwise: a client with nothing open has after a quiet run still no
+            # condition and no deadline, and its expiry only moves later (the engine's timetable finds
+            # that when the old time comes); nearly every client of a steady-state step is one.
+            c = record_of(self.clients, self.touched, client_id, ClientRecord)
             c.last_event_ms = max(c.last_event_ms, last)
             c.last_success_ms = max(c.last_success_ms, last)
             if cluster_id and not c.known_cluster_id:
@@ -176,41 +198,58 @@ class ClientShard(RulesTable):
         """The clients with a stale incident, a failure or a cluster-id mismatch open: the only
         ones with conditions or deadlines (a Python pass over every client is the costly part of
         an evaluation, and nearly every client has nothing open)."""
-        return [c for c in self.clients.values()
-                if c.stale_broker_ids or c.first_failure_ms != NO_TIME or c.mismatch_since_ms != NO_TIME]
+        return [c for c in self.clients.values() if _has_open(c)]
 
     def advance(self, now: int) -> None:
+        self._end_quiet_incidents([c for c in self.clients.values() if c.stale_broker_ids], now)
+
+    def advance_entities(self, client_ids, now: int) -> None:
+        found = (self.clients.get(client_id) for client_id in client_ids)
+        self._end_quiet_incidents([c for c in found if c is not None and c.stale_broker_ids], now)
+
+    def _end_quiet_incidents(self, clients: list[ClientRecord], now: int) -> None:
         quiet = self.settings.stale_incident_quiet_ms
-        for c in [c for c in self.clients.values() if c.stale_broker_ids]:
+        for c in clients:
             for i in reversed(range(len(c.stale_broker_ids))):
                 if now - c.stale_last_ms[i] >= quiet:
                     self.touched.add(c.client_id)
                     for lst in (c.stale_broker_ids, c.stale_since_ms, c.stale_last_ms, c.stale_counts):
                         del lst[i]
 
+    # By client id, not by when each client was first seen: the quiet-run pass creates clients in
+    # another order than applying event by event, and the alerts of one evaluation must come out
+    # in the same order either way.
     def conditions(self, now: int) -> list[Condition]:
+        return [cond for c in sorted(self._open(), key=_CLIENT_ID) for cond in self._client_conditions(c, now)]
+
+    def conditions_of(self, client_ids, now: int) -> dict[str, list[Condition]]:
+        found = (self.clients.get(client_id) for client_id in client_ids)
+        return {c.client_id: self._client_conditions(c, now)
+                for c in sorted((c for c in found if c is not None and _has_open(c)), key=_CLIENT_ID)}
+
+    def _client_conditions(self, c: ClientRecord, now: int) -> list[Condition]:
         s = self.settings
-        found = []
-        # by client id, not by when each client was first seen: the quiet-run pass creates clients
-        # in another order than applying event by event, and the alerts of one evaluation must
-        # come out in the same order either way
-        for c in sorted(self._open(), key=attrgetter("client_id")):
-            for bid, since, count in zip(c.stale_broker_ids, c.stale_since_ms, c.stale_counts):
-                found.append(condition("StaleMetadataResponse", since,
-                                       f"{count} response(s) older than accepted epoch {c.accepted_epoch}",
-                                       client_id=c.client_id, broker_id=bid))
-            if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= s.rebootstrap_trigger_ms:
-                found.append(condition("ClientRebootstrapOverdue", c.first_failure_ms + s.rebootstrap_trigger_ms,
-                                       f"no metadata since first failure at {utc(c.first_failure_ms)}",
-                                       client_id=c.client_id))
-            if c.mismatch_since_ms != NO_TIME:
-                found.append(condition("ClusterIdMismatch", c.mismatch_since_ms,
-                                       f"knew cluster {c.known_cluster_id}, now talks to {c.mismatch_cluster_id}",
-                                       client_id=c.client_id))
+        found = [condition("StaleMetadataResponse", since, f"{count} response(s) older than accepted epoch "
+                           f"{c.accepted_epoch}", client_id=c.client_id, broker_id=bid)
+                 for bid, since, count in zip(c.stale_broker_ids, c.stale_since_ms, c.stale_counts)]
+        if c.first_failure_ms != NO_TIME and now - c.first_failure_ms >= s.rebootstrap_trigger_ms:
+            found.append(condition("ClientRebootstrapOverdue", c.first_failure_ms + s.rebootstrap_trigger_ms,
+                                   f"no metadata since first failure at {utc(c.first_failure_ms)}",
+                                   client_id=c.client_id))
+        if c.mismatch_since_ms != NO_TIME:
+            found.append(condition("ClusterIdMismatch", c.mismatch_since_ms,
+                                   f"knew cluster {c.known_cluster_id}, now talks to {c.mismatch_cluster_id}",
+                                   client_id=c.client_id))
         return found
 
     def next_deadline(self, now: int) -> int | None:
         return first_after([t for c in self._open() for t in self._client_deadlines(c)], now)
+
+    def entity_deadlines(self, client_id: str) -> list[int]:
+        c = self.clients.get(client_id)
+        if c is None or not c.stale_last_ms and c.first_failure_ms == NO_TIME:
+            return []
+        return self._client_deadlines(c)
 
     def _client_deadlines(self, c: ClientRecord) -> list[int]:
         s = self.settings
@@ -221,6 +260,9 @@ class ClientShard(RulesTable):
 
     def expire(self, now: int, has_open_alert) -> list[str]:
         return expire(self.clients, now, self.settings.entity_expiry_ms, has_open_alert)
+
+    def expire_entities(self, client_ids, now: int, has_open_alert) -> list[str]:
+        return expire_among(self.clients, client_ids, now, self.settings.entity_expiry_ms, has_open_alert)
 
     def report(self, now: int) -> tuple[list[dict], dict | None]:
         """Clients with an open stale incident, and clients past the rebootstrap trigger: how many,

@@ -6,11 +6,12 @@ the consumer's further commits at the old epoch keep the incident open until it 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from streaming.config import RuleSettings
 from streaming.rules.lifecycle import Condition, condition
-from streaming.rules.records import NO_TIME, CommitRecord, expire, over_capacity, shard_cap
+from streaming.rules.records import NO_TIME, CommitRecord, expire, expire_among, over_capacity, shard_cap
 from streaming.rules.table import RulesTable
 from streaming.rules.validity import jumps
 
@@ -21,7 +22,16 @@ class CommitShard(RulesTable):
     settings: RuleSettings
     commits: dict[tuple[str, str, int], CommitRecord] = field(default_factory=dict)
     touched: set[tuple[str, str, int]] = field(default_factory=set)
+    # every partition changed since the engine last evaluated (streaming.fastpath.changed_entities)
+    changed: set[tuple[str, str, int]] = field(default_factory=set)
     dirty: bool = False
+    # Each partition's place in ``commits``, the order ``conditions`` lists them in (first seen
+    # first), so that the conditions of some come out in that order too. Not stored: partitions
+    # loaded straight into ``commits`` (streaming.spark.key_steps.load) are numbered when first asked.
+    places: dict[tuple[str, str, int], int] = field(default_factory=dict, repr=False, compare=False)
+    next_place: itertools.count = field(default_factory=itertools.count, repr=False, compare=False)
+    # a partition's conditions are its own: the engine may evaluate some partitions alone
+    evaluates_entities = True
 
     def over_capacity(self, ev: dict) -> str | None:
         """Why a commit of a partition new to a full shard is refused
@@ -47,7 +57,9 @@ class CommitShard(RulesTable):
         r = self.commits.get(key)
         if r is None:
             r = self.commits[key] = CommitRecord(*key)
+            self.places[key] = next(self.next_place)
         self.touched.add(key)
+        self.changed.add(key)
         t, epoch = ev["event_time"], ev["metadata_epoch"]
         r.last_event_ms = max(r.last_event_ms, t)
         if epoch >= 0 and r.metadata_epoch >= 0 and epoch < r.metadata_epoch:
@@ -63,18 +75,38 @@ class CommitShard(RulesTable):
         r.offset, r.last_commit_ms = ev["offset"], t
         return None
 
+    def take_changed(self) -> set[tuple[str, str, int]]:
+        taken, self.changed = self.changed, set()
+        return taken
+
     def advance(self, now: int) -> None:
+        self._end_quiet_regressions(self.commits.values(), now)
+
+    def advance_entities(self, keys, now: int) -> None:
+        self._end_quiet_regressions([r for key in keys if (r := self.commits.get(key)) is not None], now)
+
+    def _end_quiet_regressions(self, partitions, now: int) -> None:
         quiet = self.settings.stale_incident_quiet_ms
-        for r in self.commits.values():
+        for r in partitions:
             if r.regression_since_ms != NO_TIME and now - r.regression_last_ms >= quiet:
                 r.regression_since_ms = r.regression_last_ms = NO_TIME
 
     def conditions(self, now: int) -> list[Condition]:
-        return [condition("OffsetCommitEpochRegression", r.regression_since_ms,
-                          f"commit with metadata epoch {r.regression_epoch} after {r.metadata_epoch} "
-                          f"(a consumer on stale metadata)",
-                          group_id=r.group_id, topic=r.topic, partition=r.partition)
-                for r in self.commits.values() if r.regression_since_ms != NO_TIME]
+        return [self._regression(r) for r in self.commits.values() if r.regression_since_ms != NO_TIME]
+
+    def conditions_of(self, keys, now: int) -> dict[tuple[str, str, int], list[Condition]]:
+        held = [key for key in keys if key in self.commits]
+        if any(key not in self.places for key in held):   # loaded from the state store: numbered now
+            self.places = {key: place for place, key in enumerate(self.commits)}
+            self.next_place = itertools.count(len(self.places))
+        return {key: [self._regression(r)] for key in sorted(held, key=self.places.__getitem__)
+                if (r := self.commits[key]).regression_since_ms != NO_TIME}
+
+    def _regression(self, r: CommitRecord) -> Condition:
+        return condition("OffsetCommitEpochRegression", r.regression_since_ms,
+                         f"commit with metadata epoch {r.regression_epoch} after {r.metadata_epoch} "
+                         f"(a consumer on stale metadata)",
+                         group_id=r.group_id, topic=r.topic, partition=r.partition)
 
     def next_deadline(self, now: int) -> int | None:
         quiet = self.settings.stale_incident_quiet_ms
@@ -82,5 +114,20 @@ class CommitShard(RulesTable):
                   if r.regression_since_ms != NO_TIME and r.regression_last_ms + quiet > now]
         return min(future) if future else None
 
+    def entity_deadlines(self, key) -> list[int]:
+        r = self.commits.get(key)
+        if r is None or r.regression_since_ms == NO_TIME:
+            return []
+        return [r.regression_last_ms + self.settings.stale_incident_quiet_ms]
+
     def expire(self, now: int, has_open_alert) -> list:
-        return expire(self.commits, now, self.settings.entity_expiry_ms, has_open_alert)
+        return self._forget_places(expire(self.commits, now, self.settings.entity_expiry_ms, has_open_alert))
+
+    def expire_entities(self, keys, now: int, has_open_alert) -> list:
+        return self._forget_places(expire_among(self.commits, keys, now, self.settings.entity_expiry_ms,
+                                                has_open_alert))
+
+    def _forget_places(self, gone: list) -> list:
+        for key in gone:
+            self.places.pop(key, None)
+        return gone

@@ -115,11 +115,24 @@ class CommitRecord:
 
 def expire(store: dict, now: int, expiry_ms: int, has_open_alert) -> list:
     """Forget entities silent for ``expiry_ms`` that have no open alert; returns their ids."""
-    gone = [key for key, rec in store.items()
-            if rec.last_event_ms != NO_TIME and now - rec.last_event_ms >= expiry_ms and not has_open_alert(key)]
+    gone = [key for key, rec in store.items() if silent_for(rec, expiry_ms, now) and not has_open_alert(key)]
     for key in gone:
         del store[key]
     return gone
+
+
+def expire_among(store: dict, keys, now: int, expiry_ms: int, has_open_alert) -> list:
+    """``expire`` for the entities ``keys`` alone (those no longer in ``store`` are skipped)."""
+    gone = [key for key in keys
+            if (rec := store.get(key)) is not None and silent_for(rec, expiry_ms, now) and not has_open_alert(key)]
+    for key in gone:
+        del store[key]
+    return gone
+
+
+def silent_for(record, expiry_ms: int, now: int) -> bool:
+    """Whether the entity was last heard from ``expiry_ms`` or more before ``now``: old enough to forget."""
+    return record.last_event_ms != NO_TIME and now - record.last_event_ms >= expiry_ms
 
 
 def record_of(store: dict, touched: set, key, new):
