@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from streaming.config import RuleSettings
+from streaming.engine.evaluation import EveryEntity
 from streaming.engine.keys import KINDS, OWNER_KIND
 from streaming.events import CLUSTER_RESET
 from streaming.rules.lifecycle import AlertTracker
-from streaming.rules.records import NO_TIME, first_after
+from streaming.rules.records import NO_TIME
 from streaming.rules.table import RESET_SUMMARY
 from streaming.rules.validity import invalid_reason
 from streaming.times import utc_text
@@ -65,6 +65,9 @@ class KeyEngine:
     tracker: AlertTracker
     buffer: list[dict] = field(default_factory=list)
     horizon: int = NO_TIME  # every event at or before this time has been applied
+    # how the table and tracker are evaluated (streaming.engine.evaluation): made for them when
+    # first needed, again when either is replaced (a reset, a key loaded from the state store)
+    evaluation: EveryEntity | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def new(cls, kind: str, cluster_id: str, shard: int, settings: RuleSettings) -> "KeyEngine":
@@ -168,44 +171,24 @@ class KeyEngine:
     def _evaluate(self, now: int, out: StepResult) -> None:
         table = self.table
         table.dirty = False
-        table.advance(now)
-        conditions = table.conditions(now)
-        one_shots = table.take_one_shots()
-        if one_shots:
-            conditions = one_shots + conditions
-        records = self.tracker.update(conditions, now)
+        records, gone = self._evaluation().run(now)
         transitions = table.take_transitions()
         if transitions:
             _say_why_reversed(records, transitions)
             out.transitions.extend(transitions)
         out.alerts.extend(records)
-        label = KINDS[self.kind].entity_label
-        open_entities = {dict(a.labels).get(label) for a in self.tracker.open.values()} if label else set()
-        gone = table.expire(now, lambda entity: str(entity) in open_entities or not label and bool(self.tracker.open))
         summary = table.expired_summary(gone, now) if gone else None
         if summary is not None:
             out.summaries.append({"cluster_id": self.cluster_id, **summary})
 
     def _deadline(self, now: int) -> int | None:
-        candidates = [d for d in (self.table.next_deadline(now), self.tracker.next_deadline()) if d is not None]
-        expiry = self._expiry_deadline(now)
-        if expiry is not None:
-            candidates.append(expiry)
-        future = [d for d in candidates if d > now]
-        return min(future) if future else None
+        return self._evaluation().deadline(now)
 
-    def _expiry_deadline(self, now: int) -> int | None:
-        """The next time an entity becomes old enough to forget. Strictly after ``now``: one whose
-        time has passed but that an open alert keeps must not hide the expiry of the others."""
-        expiry = self.settings.entity_expiry_ms
-        # each table keeps its entities in an attribute named like its kind (brokers, clients, ...)
-        entities = getattr(self.table, self.kind).values()
-        # Nearly always every entity was heard from within the expiry: the oldest one's time, found
-        # in C, is the answer (a client shard's step asks three times, over thousands of clients).
-        oldest = min(map(_last_event, entities), default=NO_TIME)
-        if oldest != NO_TIME and oldest + expiry > now:
-            return oldest + expiry
-        return first_after([e.last_event_ms + expiry for e in entities if e.last_event_ms != NO_TIME], now)
+    def _evaluation(self) -> EveryEntity:
+        evaluation = self.evaluation
+        if evaluation is None or evaluation.table is not self.table or evaluation.tracker is not self.tracker:
+            evaluation = self.evaluation = EveryEntity(self.kind, self.table, self.tracker, self.settings)
+        return evaluation
 
     def _report(self, out: StepResult, now: int) -> None:
         table = self.table
@@ -222,9 +205,6 @@ class KeyEngine:
         if out.late:
             out.summaries.append({"cluster_id": self.cluster_id, "kind": "late", "key_kind": self.kind,
                                   "shard": self.shard, "events": out.late})
-
-
-_last_event = attrgetter("last_event_ms")
 
 
 def _event_time(ev: dict) -> int:
