@@ -173,9 +173,9 @@ class RuleSettings:
     # cluster ids; a job's batch time grows with its clusters' state keys, so more clusters belong
     # in more jobs (figures: bench/RESULTS.md, Many clusters: 1 against 1,000)
     max_clusters: int = field(default=10_000, metadata=_alias("state.max.clusters"))
-    # The one switch of streaming.fastpath: off, every event goes through the rules one by one
-    # (slower, the same alerts: the equivalence tests flip it); for telling a fast path's defect
-    # from a rule's
+    # The one switch of streaming.fastpath: off, every event goes through the rules one by one and
+    # every entity is evaluated each time (slower, the same alerts: the equivalence tests flip it);
+    # for telling a fast path's defect from a rule's
     fast_paths: str = field(default="on", metadata={**_alias("fast.paths"), "choices": ("off", "on")})
     # Where on-call reads the runbooks: the page of docs/alerts.md (a fork, an internal mirror, a
     # wiki copy); every alert's runbook_url is <this>#<alertname in lower case>. A rules setting,

@@ -1,7 +1,10 @@
 """One evaluation of a state key at a moment: its table's conditions, the alert tracker's diff, the
 entities old enough to forget; and when the key must be evaluated next.
 
-``EveryEntity``: every entity and every open alert, each time.
+``EveryEntity`` is the plain way: every entity and every open alert, each time. A table whose
+entities' conditions are each the entity's own is evaluated by
+streaming.fastpath.changed_entities instead, when rules.fast.paths is on: the entities changed or
+due alone, with the same result.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from streaming.config import RuleSettings
 from streaming.engine.evaluation import EveryEntity
 from streaming.engine.keys import KINDS, OWNER_KIND
 from streaming.events import CLUSTER_RESET
+from streaming.fastpath.changed_entities import ChangedEntities
 from streaming.rules.lifecycle import AlertTracker
 from streaming.rules.records import NO_TIME
 from streaming.rules.table import RESET_SUMMARY
@@ -182,12 +183,16 @@ class KeyEngine:
             out.summaries.append({"cluster_id": self.cluster_id, **summary})
 
     def _deadline(self, now: int) -> int | None:
+        """The next time to evaluate at without an event. Always asked at the time of the last
+        evaluation (``floor``): what has passed by then is evaluated (ChangedEntities relies on it)."""
         return self._evaluation().deadline(now)
 
     def _evaluation(self) -> EveryEntity:
+        """The entities changed or due alone where the table allows it (a fast path), else every one."""
         evaluation = self.evaluation
         if evaluation is None or evaluation.table is not self.table or evaluation.tracker is not self.tracker:
-            evaluation = self.evaluation = EveryEntity(self.kind, self.table, self.tracker, self.settings)
+            how = ChangedEntities if self.settings.fast_paths_on and self.table.evaluates_entities else EveryEntity
+            evaluation = self.evaluation = how(self.kind, self.table, self.tracker, self.settings)
         return evaluation
 
     def _report(self, out: StepResult, now: int) -> None:
