@@ -32,7 +32,8 @@ class RulesTable:
         return ()
 
     def expired_summary(self, gone: list, now: int) -> dict | None:
-        """What the sinks must hear of the entities ``expire`` just forgot (their metric series go)."""
+        """What the sinks must hear of the entities ``expire`` just forgot (their metric series go);
+        ``gone`` in no particular order (``expire_entities`` finds them in another)."""
         return None
 
     def report(self, now: int) -> tuple[list[dict], dict | None]:

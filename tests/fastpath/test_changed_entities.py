@@ -19,7 +19,9 @@ from streaming.engine.evaluation import EveryEntity
 from streaming.engine.key_engine import KeyEngine, StepResult
 from streaming.engine.local import LocalDetector
 from streaming.fastpath.changed_entities import ChangedEntities
-from streaming.rules.lifecycle import AlertTracker
+from streaming.rules.lifecycle import AlertTracker, condition
+from streaming.rules.records import NO_TIME, expire, expire_among, first_after
+from streaming.rules.table import RulesTable
 from streaming.tools.simulate import SCENARIOS, ClusterShape, run_scenario
 from tests.support.builders import CLUSTER, commit, failed, rebootstrap, reset, response
 from tests.support.event_strategies import examples
@@ -188,3 +190,102 @@ def test_an_evaluation_looks_only_at_what_changed_or_is_due():
     result = engine.step([response(2100, "c0007", 3, 8)], 2100)
     assert [a["labels"]["client_id"] for a in result.alerts] == ["c0007"]
     assert {"c0007"} in asked and all(ids <= {"c0007"} for ids in asked), "c0007 alone, at every evaluation"
+
+
+# --- a table whose alerts wait out a pending period ----------------------------------------
+# No client or commit rule has one, so the pending alerts' firing times (kept with the entities'
+# deadlines) are proven on a table of their own: each entity's condition holds from an event on
+# for HOLDS_MS (a deadline), as a BrokerHeartbeatTimeout (fires after its pending period).
+
+HOLDS_MS = 4000
+PENDING = RuleSettings(heartbeat_timeout_pending_ms=3000, entity_expiry_ms=6000)
+
+
+@dataclasses.dataclass
+class Thing:
+    client_id: str
+    since_ms: int = NO_TIME
+    last_event_ms: int = NO_TIME
+
+
+class PendingTable(RulesTable):
+    evaluates_entities = True
+
+    def __init__(self):
+        self.clients: dict[str, Thing] = {}
+        self.changed: set[str] = set()
+
+    def heard(self, client_id: str, t: int, holds: bool) -> None:
+        thing = self.clients.setdefault(client_id, Thing(client_id))
+        thing.last_event_ms = max(thing.last_event_ms, t)
+        thing.since_ms = (t if thing.since_ms == NO_TIME else thing.since_ms) if holds else NO_TIME
+        self.changed.add(client_id)
+
+    def take_changed(self) -> set[str]:
+        taken, self.changed = self.changed, set()
+        return taken
+
+    def advance(self, now: int) -> None:
+        self.advance_entities(list(self.clients), now)
+
+    def advance_entities(self, client_ids, now: int) -> None:
+        for thing in filter(None, map(self.clients.get, client_ids)):
+            if thing.since_ms != NO_TIME and now >= thing.since_ms + HOLDS_MS:
+                thing.since_ms = NO_TIME
+
+    def conditions(self, now: int) -> list:
+        return [c for conditions in self.conditions_of(self.clients, now).values() for c in conditions]
+
+    def conditions_of(self, client_ids, now: int) -> dict:
+        held = [t for t in filter(None, map(self.clients.get, client_ids)) if t.since_ms != NO_TIME]
+        return {t.client_id: [condition("BrokerHeartbeatTimeout", t.since_ms, client_id=t.client_id, broker_id=1)]
+                for t in sorted(held, key=lambda t: t.client_id)}
+
+    def next_deadline(self, now: int) -> int | None:
+        return first_after([d for c in self.clients for d in self.entity_deadlines(c)], now)
+
+    def entity_deadlines(self, client_id: str) -> list[int]:
+        thing = self.clients.get(client_id)
+        return [thing.since_ms + HOLDS_MS] if thing is not None and thing.since_ms != NO_TIME else []
+
+    def expire(self, now: int, has_open_alert) -> list:
+        return expire(self.clients, now, PENDING.entity_expiry_ms, has_open_alert)
+
+    def expire_entities(self, client_ids, now: int, has_open_alert) -> list:
+        return expire_among(self.clients, client_ids, now, PENDING.entity_expiry_ms, has_open_alert)
+
+
+def _drive(evaluation: type, heard: list[tuple[int, str, bool]]) -> tuple:
+    """Evaluate as the key engine does: at every deadline before an event, then at the event."""
+    table, tracker = PendingTable(), AlertTracker(CLUSTER, PENDING)
+    how = evaluation("clients", table, tracker, PENDING)
+    outputs, now = [], 0
+    for t, client_id, holds in heard + [(10**6, None, False)]:
+        while (deadline := how.deadline(now)) is not None and deadline < t:
+            records, gone = how.run(deadline)
+            outputs.append((deadline, records, sorted(gone)))
+            now = deadline
+        if client_id is not None:
+            table.heard(client_id, t, holds)
+            records, gone = how.run(t)
+            outputs.append((t, records, sorted(gone)))
+            now = t
+    return outputs, tracker.to_rows(), sorted(table.clients)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(heard=st.lists(st.tuples(st.sampled_from([0, 0, 400, 1500, 2500, 5000, 9000]),
+                                st.sampled_from(["a", "b", "c", "d"]), st.booleans()), max_size=40))
+def test_pending_alerts_fire_as_when_every_entity_is_evaluated(heard):
+    events, t = [], 0
+    for gap, client_id, holds in heard:
+        t += gap
+        events.append((t, client_id, holds))
+    assert _drive(ChangedEntities, events) == _drive(EveryEntity, events)
+
+
+def test_the_pending_table_fires_after_the_pending_period():
+    """The property above is about something: an alert held 4 s fires after its 3 s, resolves at 4 s."""
+    outputs, _, _ = _drive(ChangedEntities, [(0, "a", True)])
+    assert [(a["status"], a["event_time"]) for _, records, _ in outputs for a in records] == [
+        ("firing", 3000), ("resolved", 4000)]
