@@ -18,6 +18,8 @@ from streaming.rules.records import NO_TIME, first_after
 
 
 class EveryEntity:
+    """Every entity's conditions and every open alert, at every evaluation (the plain path)."""
+
     def __init__(self, kind: str, table, tracker: AlertTracker, settings: RuleSettings):
         self.kind, self.table, self.tracker, self.settings = kind, table, tracker, settings
         # the alert label that names an entity: one with an open alert is not forgotten (without a

@@ -33,6 +33,8 @@ from streaming.rules.records import NO_TIME, first_after, silent_for
 
 
 class ChangedEntities(EveryEntity):
+    """The entities changed or due alone: the same records, deadlines and state as EveryEntity."""
+
     def __init__(self, kind, table, tracker, settings):
         super().__init__(kind, table, tracker, settings)
         self.alerts_of: dict[Hashable, list[tuple]] = {}   # each entity's open alerts (identities)
