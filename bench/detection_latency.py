@@ -162,7 +162,7 @@ def main(argv=None) -> int:
                   for k, t in last_heartbeat.items() if k.startswith("broker-") and int(k[7:]) in silenced}
     cluster_due = {"cluster": last_heartbeat["cluster"] + rules.controller_heartbeat_timeout_ms / 1000}
     report_silence("brokers silenced (BrokerHeartbeatTimeout after timeout + pending)", broker_due, silence_seen)
-    report_silence(f"cluster {QUIET} quiet (ClusterSilent after timeout)", cluster_due, silence_seen)
+    report_silence(f"the small cluster {QUIET!r} gone quiet (ClusterSilent after timeout)", cluster_due, silence_seen)
     return 0
 
 
@@ -182,7 +182,7 @@ def report_silence(what: str, due: dict[str, float], seen: dict[str, float]) -> 
     """How long after it was due each silence's alert reached the sinks (negative: early)."""
     late = sorted(seen[k] - t for k, t in due.items() if k in seen)
     missing = sorted(k for k in due if k not in seen)
-    print(f"\n{what}: {len(due)} silences, detected {len(late)}" + (f", missing {', '.join(missing)}" if missing else ""))
+    print(f"\n{what}: {len(due)} silence(s), detected {len(late)}" + (f", missing {', '.join(missing)}" if missing else ""))
     if late:
         print(f"  detected after due: min {late[0]:.2f} s, median {late[len(late) // 2]:.2f} s, max {late[-1]:.2f} s"
               f" ({', '.join(f'{v:.2f}' for v in late)})")
