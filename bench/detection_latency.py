@@ -62,7 +62,8 @@ def main(argv=None) -> int:
             for a in batch.alerts:
                 if a["alertname"] == "BrokerIncarnationRegression" and a["status"] == "firing":
                     emitted.setdefault(a["labels"]["broker_id"], now)
-                elif a["alertname"] == "BrokerHeartbeatTimeout" and a["status"] == "firing" and a["cluster_id"] == "fleet":
+                elif (a["alertname"] == "BrokerHeartbeatTimeout" and a["status"] == "firing"
+                      and a["cluster_id"] == "fleet"):
                     silence_seen.setdefault(f"broker-{a['labels']['broker_id']}", now)
                 elif a["alertname"] == "ClusterSilent" and a["status"] == "firing" and a["cluster_id"] == QUIET:
                     silence_seen.setdefault("cluster", now)
@@ -182,7 +183,8 @@ def report_silence(what: str, due: dict[str, float], seen: dict[str, float]) -> 
     """How long after it was due each silence's alert reached the sinks (negative: early)."""
     late = sorted(seen[k] - t for k, t in due.items() if k in seen)
     missing = sorted(k for k in due if k not in seen)
-    print(f"\n{what}: {len(due)} silence(s), detected {len(late)}" + (f", missing {', '.join(missing)}" if missing else ""))
+    print(f"\n{what}: {len(due)} silence(s), detected {len(late)}"
+          + (f", missing {', '.join(missing)}" if missing else ""))
     if late:
         print(f"  detected after due: min {late[0]:.2f} s, median {late[len(late) // 2]:.2f} s, max {late[-1]:.2f} s"
               f" ({', '.join(f'{v:.2f}' for v in late)})")

@@ -59,7 +59,8 @@ def stale_clients_timeseries() -> timeseries.Panel:
 def overdue_rebootstrap_timeseries() -> timeseries.Panel:
     return (
         c.timeseries_panel("Clients overdue for rebootstrap per cluster",
-                           "Clients past metadata.recovery.rebootstrap.trigger.ms without usable metadata, per cluster.",
+                           "Clients past metadata.recovery.rebootstrap.trigger.ms without usable metadata, "
+                           "per cluster.",
                            c.query(sum_by(("kafka_cluster",), selector("epochwatch_clients_rebootstrap_overdue")),
                                    legend="{{kafka_cluster}}"))
         .thresholds(c.thresholds(c.GREEN, (1, c.RED))).thresholds_style(c.threshold_lines())

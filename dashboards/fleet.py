@@ -54,7 +54,8 @@ def alerts_firing_stat(severity: str) -> stat.Panel:
 def brokers_per_state_timeseries() -> timeseries.Panel:
     return (
         c.timeseries_panel("Brokers per state",
-                           "Count of brokers in each controller-side state (KIP-343: INITIAL, INACTIVE = fenced, ACTIVE, STOPPING).",
+                           "Count of brokers in each controller-side state (KIP-343: INITIAL, INACTIVE = "
+                           "fenced, ACTIVE, STOPPING).",
                            c.query(sum_by(("state",), selector("epochwatch_broker_state")), legend="{{state}}"))
         .stacking(c.stacked()).fill_opacity(40)
         .links([c.dashboard_link(c.UID_BROKER_STATES, "Broker state timeline")])

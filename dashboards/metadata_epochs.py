@@ -59,7 +59,8 @@ def lag_timeseries() -> timeseries.Panel:
         c.timeseries_panel("Metadata epoch lag per broker",
                            "Controller metadata epoch minus the epoch the broker last applied. A broker that "
                            "keeps lagging serves old metadata (KAFKA-6262).",
-                           c.query(max_by(("kafka_cluster", "broker_id"), selector("epochwatch_broker_metadata_epoch_lag")),
+                           c.query(max_by(("kafka_cluster", "broker_id"),
+                                          selector("epochwatch_broker_metadata_epoch_lag")),
                                    legend=BROKER_LEGEND),
                            unit="none", span=24, height=9)
         .thresholds(lag_thresholds()).thresholds_style(c.threshold_lines())

@@ -45,7 +45,8 @@ def quiet_runs(response: np.ndarray, client: np.ndarray, time: np.ndarray, epoch
     """Events in the order the engine applies them. ``response``: a metadata_response;
     ``client``: a code per client id, -1 where empty; ``error`` 0 and ``broker_count`` 0 where
     missing; ``cluster``: a code per response cluster id, -1 where none or empty; ``valid``: the
-    event passes streaming.rules.validity's checks (the engine refuses the others); ``floor``: the key's horizon before the step (older events are late);
+    event passes streaming.rules.validity's checks (the engine refuses the others); ``floor``:
+    the key's horizon before the step (older events are late);
     ``max_jump``: an epoch leaping further past the one before it is left to the engine, which
     refuses it (ClientShard.implausible)."""
     rows = np.flatnonzero(client >= 0)

@@ -43,8 +43,9 @@ def repeated_serves(kind: np.ndarray, broker: np.ndarray, epoch: np.ndarray, err
 
     ``kind``: KIND_CODES; ``broker``, ``controller_epoch`` and ``controller_id`` -1, ``epoch`` -2
     and ``error`` 0 where the event has none; ``valid``: the event passes streaming.rules.validity's
-    checks (the engine refuses the others: they are never skipped); ``newest_epoch`` and ``controller``: the cluster's newest metadata epoch and
-    controller epoch before the step (updates above the newest may raise it, and end every run);
+    checks (the engine refuses the others: they are never skipped); ``newest_epoch`` and
+    ``controller``: the cluster's newest metadata epoch and controller epoch before the step
+    (updates above the newest may raise it, and end every run);
     ``last_served``: each broker's ``last_served_ms`` before the step (a serve older than that
     cannot anchor a run). A step with an update the engine refuses as a leap (BrokerFleet.
     implausible; the ``max_*_jump`` limits) skips nothing: the runs below assume it applied."""

@@ -26,7 +26,8 @@ BROKEN = [
     ("an attempt of no client", attempt(10, "", 2), "client_id is empty"),
     ("a negative partition", commit(10, "g", 1, partition=-1), "partition is negative or group_id empty"),
     ("a commit of no group", commit(10, "", 1), "partition is negative or group_id empty"),
-    ("a negative setup timeout", attempt(10, "app", 2, timeout=-1), "setup_timeout_ms / consecutive_failures is negative"),
+    ("a negative setup timeout", attempt(10, "app", 2, timeout=-1),
+     "setup_timeout_ms / consecutive_failures is negative"),
     ("negative failures", attempt(10, "app", 2, failures=-1), "setup_timeout_ms / consecutive_failures is negative"),
     ("the first failing check is the one reported", {**hb(-1, -1), "cluster_id": ""}, "cluster_id is empty"),
 ]
