@@ -133,7 +133,7 @@ class BrokerFleet(RulesTable):
         else:
             self._catch_up(b, t)
         b.last_heartbeat_ms = t
-        self._transition(b, self._decided_state(b, ev), t, self._reason(ev))
+        self._transition(b, self._decided_state(b, ev), t, self._reason(b, ev))
 
     def _cluster_heard(self, t: int) -> None:
         c, timeout = self.cluster, self.settings.controller_heartbeat_timeout_ms
@@ -155,7 +155,12 @@ class BrokerFleet(RulesTable):
         return "INITIAL" if b.state == "INITIAL" else "INACTIVE"
 
     @staticmethod
-    def _reason(ev: dict) -> str:
+    def _reason(b: BrokerRecord, ev: dict) -> str:
+        # A broker in controlled shutdown that the controller then reports fenced has shut down (a
+        # collector can read the fence before the heartbeat timeout would say so): as much a
+        # shutdown as that timeout, for BrokerNotReturned.
+        if b.state == "STOPPING" and ev.get("current_state") == "INACTIVE":
+            return "shutdown"
         return "controller" if ev.get("current_state") == "INACTIVE" or ev.get("want_fence") else "heartbeat"
 
     def _old_incarnation_heartbeat(self, b: BrokerRecord, incarnation: int, t: int) -> None:

@@ -61,6 +61,14 @@ CASES = [
          [("firing", "BrokerIncarnationRegression", "1"), ("resolved", "BrokerIncarnationRegression", "1")]),
     case(14, "a heartbeat delivered late (older than the last one) changes nothing",
          heartbeats(B, 0, 40000) + [hb(5001, 1, target="STOPPING")], 40000, []),
+    case(15, "controlled shutdown, then the controller's fence read before the timeout (a collector's "
+             "round): still a shutdown, not back within the grace period",
+         heartbeats((1, 3), 0, 60000) + heartbeats((2,), 0, 10000, target="STOPPING")
+         + [hb(10500, 2, current="INACTIVE")], 60000,
+         [("firing", "BrokerNotReturned", "2")], not_returned_grace_ms=30000),
+    case(16, "fenced by the controller while ACTIVE is not a shutdown: a timeout-free fence pages nobody",
+         heartbeats((1, 3), 0, 60000) + heartbeats((2,), 0, 10000) + [hb(10500, 2, current="INACTIVE")], 60000,
+         [], not_returned_grace_ms=30000),
 ]
 
 
