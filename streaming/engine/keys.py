@@ -23,7 +23,7 @@ class KeyKind:
     name: str                     # the key's kind, and the name of its state variable
     table: type                   # the rules table one key runs
     record: type                  # one entity's record in that table (streaming.rules.records)
-    entity_id: Callable[[object], object]
+    id_fields: tuple[str, ...]    # the record's fields that name its entity
     owns: frozenset[str]          # the event types whose owner this kind is
     sharded_by: str | None = None      # the event field that spreads entities over shards
     entity_label: str | None = None    # the alert label that names an entity (expiry summaries)
@@ -31,18 +31,28 @@ class KeyKind:
     # JVM per ListState row; otherwise one typed ListState row per entity (nodes: few, rarely changed).
     # figures: bench/RESULTS.md, State layout: one key per entity vs sharded keys
     json_state: bool = True
-    # the rules mark each record they change as touched, so a step re-reads only those rows
+    # the rules mark each record they change as touched, so a step re-reads only those rows and
+    # stores only those, in the table's log (streaming.spark.json_tables)
     incremental_json: bool = False
 
+    @property
+    def entity_id(self) -> Callable[[object], object]:
+        return attrgetter(*self.id_fields)
 
-BROKERS = KeyKind("brokers", BrokerFleet, records.BrokerRecord, attrgetter("broker_id"),
+    @property
+    def log_name(self) -> str:
+        """The state variable of the JSON table's log (incremental_json kinds)."""
+        return f"{self.name}_log"
+
+
+BROKERS = KeyKind("brokers", BrokerFleet, records.BrokerRecord, ("broker_id",),
                   frozenset({"broker_heartbeat", "metadata_update", CLUSTER_RESET}), entity_label="broker_id")
-CLIENTS = KeyKind("clients", ClientShard, records.ClientRecord, attrgetter("client_id"),
+CLIENTS = KeyKind("clients", ClientShard, records.ClientRecord, ("client_id",),
                   frozenset({"metadata_response", "metadata_request_failed", "client_rebootstrap"}),
                   sharded_by="client_id", entity_label="client_id", incremental_json=True)
-NODES = KeyKind("nodes", NodeTable, records.NodeRecord, attrgetter("node_id"), frozenset({"connection_attempt"}),
+NODES = KeyKind("nodes", NodeTable, records.NodeRecord, ("node_id",), frozenset({"connection_attempt"}),
                 entity_label="node_id", json_state=False)
-COMMITS = KeyKind("commits", CommitShard, records.CommitRecord, attrgetter("group_id", "topic", "partition"),
+COMMITS = KeyKind("commits", CommitShard, records.CommitRecord, ("group_id", "topic", "partition"),
                   frozenset({"offset_commit"}), sharded_by="group_id")
 
 KINDS: dict[str, KeyKind] = {k.name: k for k in (BROKERS, CLIENTS, NODES, COMMITS)}

@@ -28,6 +28,8 @@ from streaming.events import CLUSTER_RESET
 from streaming.fastpath import column_passes
 from streaming.rules import records, validity
 from streaming.rules.lifecycle import AlertTracker
+from streaming.spark import json_tables
+from streaming.spark.json_tables import from_json_rows, to_json_rows
 from streaming.spark.packs import from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
 
 BUFFER_CHUNK = 20_000  # events per buffer row
@@ -66,6 +68,7 @@ class StoredState:
     cluster: tuple | None
     alerts: list[tuple]
     buffer: list[bytes]
+    log: list[tuple[int, str]] = ()  # KeyKind.incremental_json: the table's log (streaming.spark.json_tables)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class StepOutput:
     buffer: list[tuple[int, bytes]] | None
     timer_ms: int
     meta: tuple
+    # KeyKind.incremental_json: how the table is written (json_tables.plan); None: ``entities`` is
+    # the whole table, as for the other kinds
+    table: json_tables.TableWrite | None = None
 
 
 @dataclass
@@ -90,6 +96,7 @@ class Stored:
     alerts: list[tuple]
     waiting: pa.Table | None  # events past the horizon, in the order they will be applied
     row_values: dict | None = None  # KeyKind.incremental_json: each entity's row in the stored JSON, by id
+    logged: int = 0  # KeyKind.incremental_json: rows in the table's log
 
 
 class EngineCache:
@@ -154,7 +161,12 @@ def load(request: StepRequest, stored: StoredState) -> tuple[KeyEngine, Stored]:
     key_kind = KINDS[request.kind]
     name, cls, table, ident = key_kind.name, key_kind.record, engine.table, key_kind.entity_id
     store = getattr(table, name)
-    if key_kind.json_state:
+    logged, row_values = 0, None
+    if key_kind.incremental_json:
+        loaded, logged = json_tables.replay(key_kind, stored.entities, list(stored.log))
+        values = operator.attrgetter(*records.field_names(cls))
+        row_values = {ident(rec): values(rec) for rec in loaded}
+    elif key_kind.json_state:
         loaded = from_json_rows(cls, stored.entities[1]) if stored.entities else []
     else:
         loaded = [records.from_row(cls, row) for row in stored.entities]
@@ -164,7 +176,7 @@ def load(request: StepRequest, stored: StoredState) -> tuple[KeyEngine, Stored]:
         table.cluster = records.from_row(records.ClusterRecord, stored.cluster)
     engine.tracker = AlertTracker.from_rows(request.cluster_id, request.settings, stored.alerts)
     engine.horizon = request.meta[0] if request.meta else records.NO_TIME
-    return engine, Stored(stored.alerts, from_ipc_chunks(stored.buffer))
+    return engine, Stored(stored.alerts, from_ipc_chunks(stored.buffer), row_values, logged)
 
 
 def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: EngineCache) -> StepOutput:
@@ -229,10 +241,11 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
     key_kind = KINDS[kind]
     name, cls = key_kind.name, key_kind.record
     table_rows = getattr(engine.table, name)
-    row_values = None
+    row_values, write, logged = None, None, 0
     if key_kind.incremental_json:
         row_values = _row_values(cls, table_rows, stored.row_values, result.touched)
-        entities = (len(row_values), _json_table(cls, list(row_values.values()))) if row_values else None
+        write = json_tables.plan(cls, stored.row_values, row_values, result.touched, stored.logged)
+        entities, logged = write.base, write.logged
     elif key_kind.json_state:
         entities = _json_value(list(table_rows.values()))
     else:
@@ -248,8 +261,9 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         buffer=(to_ipc_chunks(waiting, BUFFER_CHUNK) if waiting is not None else [])
         if waiting is not None or stored.waiting is not None else None,
         timer_ms=wanted,
-        meta=(engine.horizon, offset, wanted, generation))
-    engines.keep(request.cache_key, generation, engine, Stored(alerts, waiting, row_values))
+        meta=(engine.horizon, offset, wanted, generation),
+        table=write)
+    engines.keep(request.cache_key, generation, engine, Stored(alerts, waiting, row_values, logged))
     return out
 
 
@@ -258,8 +272,8 @@ def _has_reset(table: pa.Table | None) -> bool:
 
 
 def _row_values(cls, table: dict, before: dict | None, touched: set) -> dict:
-    """Each record's field values as to_json_rows writes them, in the table's order: the previous
-    step's for a record not touched since (``before`` None: a freshly loaded engine, all read).
+    """Each record's field values as the JSON table holds them, in the table's order: the previous
+    step's for a record not touched since (``before`` None: a new key, all read).
     Serialized in one orjson call: a call per row costs more than reading the rows (figures:
     bench/RESULTS.md, Live detection latency)."""
     before = before or {}
@@ -269,29 +283,6 @@ def _row_values(cls, table: dict, before: dict | None, touched: set) -> dict:
 
 def _json_value(rows: list) -> tuple[int, str] | None:
     return (len(rows), to_json_rows(rows)) if rows else None
-
-
-def to_json_rows(rows: list) -> str:
-    """A table as ``{"fields": [...], "rows": [[...], ...]}``: the field names once instead of in
-    every record, a third of the bytes an array of objects takes, and faster to read back."""
-    cls = type(rows[0])
-    values = operator.attrgetter(*records.field_names(cls))
-    return _json_table(cls, [values(r) for r in rows])
-
-
-def _json_table(cls, row_values: list) -> str:
-    return orjson.dumps({"fields": records.field_names(cls), "rows": row_values}).decode()
-
-
-def from_json_rows(cls, text: str) -> list:
-    doc = orjson.loads(text)
-    if isinstance(doc, list):  # written by an older version: an array of objects
-        return [cls(**row) for row in doc]
-    names = records.field_names(cls)
-    if tuple(doc["fields"]) == names:
-        return [cls(*row) for row in doc["rows"]]
-    # a field added or removed since it was written: match by name, defaults for the rest
-    return [cls(**{k: v for k, v in zip(doc["fields"], row) if k in names}) for row in doc["rows"]]
 
 
 # --- output rows ----------------------------------------------------------------------------

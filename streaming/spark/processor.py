@@ -76,6 +76,9 @@ class EpochwatchProcessor(StatefulProcessor):
         self.buffer = handle.getListState("buffer", BUFFER_SCHEMA)
         self.entities = {k.name: handle.getValueState(k.name, JSON_ROWS_SCHEMA) if k.json_state
                          else handle.getListState(k.name, schema_of(k.record)) for k in KINDS.values()}
+        # what changed since the table above was written whole (streaming.spark.json_tables)
+        self.logs = {k.name: handle.getListState(k.log_name, JSON_ROWS_SCHEMA)
+                     for k in KINDS.values() if k.incremental_json}
         self.steps = engine_host.steps_for_task() if self.hosted else engine_host.IN_PROCESS
 
     # --- Spark entry points ---------------------------------------------------------------------
@@ -128,12 +131,15 @@ class EpochwatchProcessor(StatefulProcessor):
         if not KINDS[kind].json_state:
             entities = [tuple(row) for row in entities]
         cluster = self.cluster.get() if kind == "brokers" else None
+        log = [tuple(row) for row in self.logs[kind].get()] if kind in self.logs else []
         return StoredState(entities, tuple(cluster) if cluster is not None else None,
-                           [tuple(row) for row in self.alerts.get()], [chunk for _, chunk in self.buffer.get()])
+                           [tuple(row) for row in self.alerts.get()], [chunk for _, chunk in self.buffer.get()], log)
 
     def _write(self, kind: str, out: StepOutput, meta: tuple | None) -> None:
         state = self.entities[kind]
-        if not KINDS[kind].json_state:
+        if out.table is not None:
+            _write_table(state, self.logs[kind], out.table)
+        elif not KINDS[kind].json_state:
             _put(state, out.entities)
         elif out.entities:
             state.update(out.entities)
@@ -177,6 +183,18 @@ def _grouping_key(key) -> tuple:
     # Spark passes the three grouping columns; TwsTester wraps whatever key it is given in a
     # 1-tuple, so tests hand over the 3-tuple as that single value.
     return key[0] if len(key) == 1 and isinstance(key[0], tuple) else key
+
+
+def _write_table(base, log, write) -> None:
+    if write.append is not None:
+        log.appendValue(write.append)
+    elif write.rewrite:
+        if write.base is not None:
+            base.update(write.base)
+        else:
+            base.clear()
+        if write.clear_log:
+            log.clear()
 
 
 def _put(state, rows: list[tuple]) -> None:

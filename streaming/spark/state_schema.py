@@ -75,3 +75,33 @@ def json_rows(column, record_cls):
                           for i, f in enumerate(schema_of(record_cls).fields)])
 
     return F.transform(doc["rows"], record)
+
+
+def table_rows(spark, checkpoint: str, name: str):
+    """A JSON table state variable (``brokers``, ``clients``, ``commits``) of a checkpoint as a row
+    per record: the grouping key's columns and the record's fields. A table stored with a log
+    (streaming.spark.json_tables) is merged with it: each entity's latest row, dropped ones left
+    out, as the job would rebuild it."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from streaming.engine.keys import KINDS
+
+    kind = KINDS[name]
+    base = (spark.read.format("statestore").option("stateVarName", name).load(checkpoint)
+            .select("key", F.lit(0).alias("seq"), F.explode(json_rows("value.rows", kind.record)).alias("r")))
+    if not kind.incremental_json:
+        return base.select("key.*", "r.*")
+    (id_field,) = kind.id_fields  # a log names dropped entities by one id
+    log = (spark.read.format("statestore").option("stateVarName", kind.log_name).load(checkpoint)
+           .select("key", F.col("list_element.rows").alias("text"))
+           .withColumn("doc", F.from_json("text", "struct<seq:long,removed:array<string>>")))
+    changed = log.select("key", F.col("doc.seq").alias("seq"), F.explode(json_rows("text", kind.record)).alias("r"))
+    entity = schema_of(kind.record)[id_field].dataType
+    dropped = (log.select("key", F.col("doc.seq").alias("seq"), F.explode("doc.removed").alias("id"))
+               .withColumn("id", F.col("id").cast(entity)))
+    rows = (base.unionByName(changed).withColumn("id", F.col(f"r.{id_field}"))
+            .unionByName(dropped.withColumn("r", F.lit(None).cast(schema_of(kind.record)))))
+    latest = Window.partitionBy("key", "id").orderBy(F.col("seq").desc())
+    return (rows.withColumn("n", F.row_number().over(latest)).where("n = 1 and r is not null")
+            .select("key.*", "r.*"))

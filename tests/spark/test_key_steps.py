@@ -23,7 +23,14 @@ def stored_after(out: StepOutput, before: StoredState | None) -> StoredState:
     copy, as the store serializes what it is given (a kept engine goes on changing its lists)."""
     alerts = out.alerts if out.alerts is not None else (before.alerts if before else [])
     buffer = [chunk for _, chunk in out.buffer] if out.buffer is not None else (before.buffer if before else [])
-    return pickle.loads(pickle.dumps(StoredState(out.entities, out.cluster, alerts, buffer)))
+    entities, log = out.entities, []
+    if out.table is not None:  # a JSON table's base and log (streaming.spark.json_tables)
+        entities, log = (before.entities, list(before.log)) if before else (None, [])
+        if out.table.append is not None:
+            log.append(out.table.append)
+        elif out.table.rewrite:
+            entities, log = out.table.base, [] if out.table.clear_log else log
+    return pickle.loads(pickle.dumps(StoredState(entities, out.cluster, alerts, buffer, log)))
 
 
 @pytest.mark.parametrize("name", ["rolling_restart", "zombie_incarnation", "wrong_cluster_rebootstrap",
@@ -38,7 +45,8 @@ def test_a_kept_engine_steps_exactly_as_one_rebuilt_from_the_store(name):
     keys = sorted({(ev["cluster_id"], kind, shard) for ev in result.events
                    for kind, shard in routes(ev, rules.client_shards)})
     assert {k[1] for k in keys} >= {"brokers", "clients"}
-    step_kept_and_rebuilt(result.events, rules, keys)
+    appended = step_kept_and_rebuilt(result.events, rules, keys)
+    assert appended, "some client shard stored its changes in its log (streaming.spark.json_tables)"
 
 
 def test_a_stale_incident_that_ends_quietly_is_stored_by_a_kept_engine():
@@ -55,9 +63,10 @@ def test_a_stale_incident_that_ends_quietly_is_stored_by_a_kept_engine():
     step_kept_and_rebuilt(events, rules, keys, batch=10)
 
 
-def step_kept_and_rebuilt(events: list[dict], rules: RuleSettings, keys: list[tuple], batch: int = BATCH) -> None:
-    """Every key, step by step, with its engine kept and with it rebuilt from what was stored."""
-    kept_steps, compared = KeySteps(), 0
+def step_kept_and_rebuilt(events: list[dict], rules: RuleSettings, keys: list[tuple], batch: int = BATCH) -> int:
+    """Every key, step by step, with its engine kept and with it rebuilt from what was stored; how
+    many steps appended to a table's log."""
+    kept_steps, compared, appended = KeySteps(), 0, 0
     for key in keys:
         meta, stored = None, None
         for start in range(0, len(events), batch):
@@ -66,13 +75,15 @@ def step_kept_and_rebuilt(events: list[dict], rules: RuleSettings, keys: list[tu
             step = request(rules, key, packs, meta, clock)
             kept = kept_steps.step(step) or kept_steps.step(step, empty_state(key[1]))
             rebuilt = KeySteps().step(step, stored or empty_state(key[1]))
-            assert (kept.rows, kept.entities, kept.cluster, kept.alerts, kept.buffer, kept.timer_ms, kept.meta[:3]) == (
-                rebuilt.rows, rebuilt.entities, rebuilt.cluster, rebuilt.alerts, rebuilt.buffer, rebuilt.timer_ms,
-                rebuilt.meta[:3]), (key, start)
+            assert (kept.rows, kept.entities, kept.table, kept.cluster, kept.alerts, kept.buffer, kept.timer_ms,
+                    kept.meta[:3]) == (rebuilt.rows, rebuilt.entities, rebuilt.table, rebuilt.cluster, rebuilt.alerts,
+                                       rebuilt.buffer, rebuilt.timer_ms, rebuilt.meta[:3]), (key, start)
             compared += 1
+            appended += kept.table is not None and kept.table.append is not None
             meta, stored = kept.meta, stored_after(kept, stored)
     assert kept_steps.counts["loaded"] == len(keys), "each key is built once, then kept"
     assert kept_steps.counts["kept"] == compared - len(keys)
+    return appended
 
 
 def test_a_step_asks_for_the_stored_state_unless_it_keeps_that_generation():

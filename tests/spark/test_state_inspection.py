@@ -1,17 +1,23 @@
 """On-call can read the detector's state with Spark's state data source: the `brokers` and
-`clients` values are JSON tables that json_rows explodes into a row per broker or client."""
+`clients` values are JSON tables that json_rows explodes into a row per broker or client, and
+table_rows merges a table with its log of changes."""
 
+import dataclasses
 import io
 import json
+from dataclasses import astuple
 
+import orjson
 import pytest
 from pyspark.sql import functions as F
 
 from streaming import config
+from streaming.engine.keys import CLIENTS
 from streaming.rules.records import BrokerRecord, ClientRecord
 from streaming.sinks.memory import MemorySink
+from streaming.spark import json_tables
 from streaming.spark.replay import replay
-from streaming.spark.state_schema import json_rows, schema_of
+from streaming.spark.state_schema import json_rows, schema_of, table_rows
 from streaming.tools.simulate import run_scenario
 
 pytestmark = pytest.mark.spark
@@ -32,9 +38,9 @@ def test_state_readable_with_statestore_format(spark, tmp_path):
     assert {r["kind"] for r in rows} == {"brokers"}
     assert {r["state"] for r in rows} == {"ACTIVE"}  # the partitioned broker healed at the end
 
-    clients = spark.read.format("statestore").option("stateVarName", "clients").load(checkpoint)
-    decoded = clients.select(F.explode(json_rows("value.rows", ClientRecord)).alias("c")).select("c.*")
-    assert decoded.count() == len({ev["client_id"] for ev in result.events if "client_id" in ev})
+    clients = table_rows(spark, checkpoint, "clients")
+    assert clients.count() == len({ev["client_id"] for ev in result.events if "client_id" in ev})
+    decoded = clients.select(*schema_of(ClientRecord).names)
     assert decoded.schema.simpleString() == schema_of(ClientRecord).simpleString()  # names and types
     received = {}
     for ev in result.events:
@@ -42,3 +48,34 @@ def test_state_readable_with_statestore_format(spark, tmp_path):
             received.setdefault(ev["client_id"], set()).add(ev["metadata_epoch"])
     # each field lands in its own column: an accepted epoch is one the client was answered with
     assert all(r["accepted_epoch"] in received[r["client_id"]] for r in decoded.collect())
+
+
+def test_a_table_with_a_log_reads_as_the_job_rebuilds_it(spark, tmp_path):
+    """Why: a client shard is stored as a base and a log of changes (streaming.spark.json_tables);
+    on-call reading the checkpoint must see each client's latest row, not its first, and no
+    client the job dropped."""
+    result = run_scenario("partitioned_broker")
+    settings = config.load()
+    rules = dataclasses.replace(result.truth.rule_settings(), client_shards=1)  # 41 clients in one table
+    settings = type(settings)(kafka=settings.kafka, rules=rules, sinks=settings.sinks)
+    text = "".join(json.dumps(ev) + "\n" for ev in result.events)
+    checkpoint = str(tmp_path / "ckpt")
+    replay(spark, settings, io.StringIO(text), "scenario", [MemorySink()], chunk_events=100, checkpoint=checkpoint)
+
+    bases = {tuple(r["key"]): tuple(r["value"]) for r in
+             spark.read.format("statestore").option("stateVarName", "clients").load(checkpoint).collect()}
+    logs = {}
+    for r in spark.read.format("statestore").option("stateVarName", "clients_log").load(checkpoint).collect():
+        logs.setdefault(tuple(r["key"]), []).append(tuple(r["list_element"]))
+    assert logs, "the scenario left changes in some client shard's log"
+    expected = set()
+    for key in bases.keys() | logs.keys():
+        entries = sorted(logs.get(key, []), key=lambda e: orjson.loads(e[1])["seq"])
+        rebuilt, _ = json_tables.replay(CLIENTS, bases.get(key), entries)
+        expected |= {_hashable((*key, *astuple(c))) for c in rebuilt}
+    names = ["cluster_id", "kind", "shard", *schema_of(ClientRecord).names]
+    assert {_hashable(row) for row in table_rows(spark, checkpoint, "clients").select(*names).collect()} == expected
+
+
+def _hashable(row) -> tuple:
+    return tuple(tuple(v) if isinstance(v, list) else v for v in row)

@@ -13,6 +13,7 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 from streaming.config import RuleSettings
 from streaming.engine.keys import KINDS
 from streaming.rules.records import BrokerRecord
+from streaming.spark.json_tables import replay
 from streaming.spark.key_steps import StepRequest, StoredState, from_json_rows
 from streaming.spark.packs import pack
 from streaming.spark.processor import EpochwatchProcessor
@@ -57,9 +58,18 @@ def feed_in_batches(events: list[dict], key: tuple, batch: int, rules: RuleSetti
 def run_key(events: list[dict], key: tuple, batch: int, rules: RuleSettings, fast_paths: bool,
             value_states: tuple[str, ...]) -> list:
     """Feed a key batch by batch (EventTime, so events wait in the buffer and some come late),
-    with rules.fast.paths on or off: every output row, the ``value_states`` and the alerts kept."""
+    with rules.fast.paths on or off: every output row, the ``value_states`` (a JSON table with a
+    log: the records its base and log hold) and the alerts kept."""
     tester, rows = feed_in_batches(events, key, batch, rules if fast_paths else replace(rules, fast_paths="off"))
-    return [rows, (*(tester.peekValueState(name, key) for name in value_states), tester.peekListState("alerts", key))]
+    return [rows, (*(stored_value(tester, name, key) for name in value_states), tester.peekListState("alerts", key))]
+
+
+def stored_value(tester, name: str, key: tuple):
+    value = tester.peekValueState(name, key)
+    kind = KINDS.get(name)
+    if kind is None or not kind.incremental_json:
+        return value
+    return replay(kind, value, [tuple(e) for e in tester.peekListState(kind.log_name, key)])[0]
 
 
 def empty_state(kind: str) -> StoredState:
