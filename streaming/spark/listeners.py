@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import JStreamingQueryListener
 
 from streaming.sinks.metrics import observed_clusters
 from streaming.spark.cluster_gate import ClusterRegistry
@@ -30,7 +31,39 @@ def cluster_registry_path(checkpoint_location: str) -> Path:
     return Path(tempfile.mkdtemp(prefix="epochwatch-clusters-")) / "clusters.json"
 
 
-class ClusterRegistryListener(StreamingQueryListener):
+class JsonProgressListener(StreamingQueryListener):
+    """A listener that is handed each micro-batch's progress as Spark's JSON of it, parsed.
+
+    Why not PySpark's own hand-over: it builds the progress object field by field, a call into
+    the JVM each, and for every observed metric looks a JVM class up by name, which searches
+    every jar: with one such listener the driver JVM spent a third of its samples there, ~12% of
+    a core, every batch (a flight recording of bench/detection_latency.py; bench/RESULTS.md, Live
+    latency and silence). Here the JVM writes the JSON and one call brings it over."""
+
+    def on_progress(self, progress: dict) -> None:
+        raise NotImplementedError
+
+    def onQueryProgress(self, event) -> None:  # Spark Connect, and PySpark's hand-over
+        self.on_progress(json.loads(event.progress.json))
+
+    @property
+    def _jlistener(self):
+        # what StreamingQueryManager.addListener registers with the JVM
+        if not hasattr(self, "_json_jlistener"):
+            from pyspark import SparkContext
+
+            self._json_jlistener = SparkContext._jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
+        return self._json_jlistener
+
+
+class _ProgressAsJson(JStreamingQueryListener):
+    """The JVM's callback: the progress crosses as JSON; the rarer events as PySpark hands them."""
+
+    def onQueryProgress(self, jevent) -> None:
+        self.pylistener.on_progress(json.loads(jevent.progress().json()))
+
+
+class ClusterRegistryListener(JsonProgressListener):
     """Feeds each batch's clusters (streaming.spark.pipeline's observed metric) to its query's registry:
     one listener per session (each listener is called for every query's progress)."""
 
@@ -49,8 +82,7 @@ class ClusterRegistryListener(StreamingQueryListener):
     def onQueryStarted(self, event) -> None:
         pass
 
-    def onQueryProgress(self, event) -> None:
-        p = json.loads(event.progress.json)
+    def on_progress(self, p: dict) -> None:
         registry = self.registries.get(p.get("name"))
         if registry is not None:
             registry.observe(observed_clusters(p))
@@ -62,7 +94,7 @@ class ClusterRegistryListener(StreamingQueryListener):
         pass
 
 
-class ProgressListener(StreamingQueryListener):
+class ProgressListener(JsonProgressListener):
     """One concise line per micro-batch, and the metrics and the status view's job section
     (streaming.sinks.status) that come from Spark's progress."""
 
@@ -82,8 +114,7 @@ class ProgressListener(StreamingQueryListener):
     def onQueryStarted(self, event) -> None:
         self.emit(f"query {event.name or event.id} started")
 
-    def onQueryProgress(self, event) -> None:
-        p = json.loads(event.progress.json)
+    def on_progress(self, p: dict) -> None:
         if self.metrics is not None:
             self.metrics.observe_progress(p)
             self.metrics.batch_finished(time.time())
