@@ -147,7 +147,8 @@ def test_checkpoint_is_on_the_claim_mounted_by_driver_and_executors_with_s3_show
         volume = next(n for n, v in pod_volumes(spec, role).items()
                       if v.get("persistentVolumeClaim", {}).get("claimName") == claim["metadata"]["name"])
         assert checkpoint.startswith(f"file://{_mounts(spec, role)[volume]}/"), role
-    assert re.search(r"#\s*- checkpoint_location=s3a://", MANIFEST.read_text())
+    for scheme in ("s3a", "gs"):
+        assert re.search(rf"#\s*- checkpoint_location={scheme}://", MANIFEST.read_text()), scheme
 
 
 # What the operator's mutating webhook adds to a pod, and the operator itself never does
@@ -231,12 +232,21 @@ def test_object_storage_credentials_come_from_the_pods_identity():
     assert spec["sparkConf"]["spark.hadoop.fs.s3a.aws.credentials.provider"] == \
         "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
     text = MANIFEST.read_text()
+    # GCS through the connector in the image, with application default credentials (GKE workload
+    # identity); tests/deploy/test_gcs_connector.py loads these on PySpark's Hadoop
+    hadoop = {k.removeprefix("spark.hadoop."): v for k, v in spec["sparkConf"].items()}
+    assert hadoop["fs.gs.impl"] == "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem"
+    assert hadoop["fs.AbstractFileSystem.gs.impl"] == "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS"
+    assert hadoop["fs.gs.auth.type"] == "APPLICATION_DEFAULT"
     for leak in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "fs.s3a.access.key", "fs.s3a.secret.key",
+                 "GOOGLE_APPLICATION_CREDENTIALS", "json.keyfile", "private_key",
                  "spark.jars.packages", "spark.jars.ivy"):
         assert leak not in text, leak
     account = objects["ServiceAccount"]["metadata"]["name"]
     assert spec["driver"]["serviceAccount"] == spec["executor"]["serviceAccount"] == account
     assert re.search(r"#\s*eks\.amazonaws\.com/role-arn: arn:aws:iam::\d+:role/", text), "IRSA shown"
+    assert re.search(r"#\s*iam\.gke\.io/gcp-service-account: [\w-]+@[\w-]+\.iam\.gserviceaccount\.com", text), \
+        "GKE workload identity shown"
     binding = objects["RoleBinding"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": objects["Role"]["metadata"]["name"]}
@@ -369,12 +379,13 @@ MAVEN = "{http://maven.apache.org/POM/4.0.0}"
 
 
 def pom_dependencies() -> dict[str, str]:
-    """group:artifact -> version of deploy/container/pom.xml, each checked to exclude its own
-    transitive dependencies (the image gets exactly what is listed)."""
+    """group:artifact[:classifier] -> version of deploy/container/pom.xml, each checked to exclude
+    its own transitive dependencies (the image gets exactly what is listed)."""
     root = ElementTree.parse(POM).getroot()
     found = {}
     for dep in root.iter(f"{MAVEN}dependency"):
-        name = f"{dep.findtext(f'{MAVEN}groupId')}:{dep.findtext(f'{MAVEN}artifactId')}"
+        parts = [dep.findtext(f"{MAVEN}{part}") for part in ("groupId", "artifactId", "classifier")]
+        name = ":".join(p for p in parts if p)
         exclusions = [(e.findtext(f"{MAVEN}groupId"), e.findtext(f"{MAVEN}artifactId"))
                       for e in dep.iter(f"{MAVEN}exclusion")]
         assert exclusions == [("*", "*")], f"{name} would bring unlisted jars"
@@ -386,7 +397,9 @@ def test_object_storage_jars_are_pinned_and_match_sparks_hadoop():
     deps = pom_dependencies()
     assert set(deps) == {"org.apache.hadoop:hadoop-aws", "software.amazon.awssdk:bundle",
                          "software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3",
-                         "org.wildfly.openssl:wildfly-openssl"}
+                         "org.wildfly.openssl:wildfly-openssl",
+                         # shaded: Google's jar with its own dependencies relocated inside it
+                         "com.google.cloud.bigdataoss:gcs-connector:shaded"}
     for name, version in deps.items():
         assert re.fullmatch(r"\d+(\.\d+)+(\.Final)?", version or ""), f"{name}: {version!r} is not a pinned version"
     # hadoop-aws is built against one Hadoop: the client jars PySpark ships
@@ -399,6 +412,8 @@ def test_image_bakes_the_object_storage_jars_into_sparks_jars_folder():
     assert image_copies()["/build/pom.xml"] == str(POM.relative_to(ROOT))
     [resolve] = [r for r in ops(jars, "RUN") if r.startswith("mvn ")]
     assert "-f /build/pom.xml" in resolve and "dependency:copy-dependencies" in resolve
+    # the build fails unless both file systems' jars were copied
+    assert "ls /build/jars/hadoop-aws-*.jar /build/jars/gcs-connector-*-shaded.jar" in resolve
     output = re.search(r"-DoutputDirectory=(\S+)", resolve)[1]
     runtime = stage("runtime")
     spark_home = re.search(r"SPARK_HOME=(\S+)", " ".join(ops(runtime, "ENV")))[1]
