@@ -318,10 +318,14 @@ class SinkSettings:
     labels: AlertLabelSettings = field(default_factory=AlertLabelSettings, metadata={"block": True})
 
     # --- Alertmanager delivery (streaming/sinks/alertmanager_http.py; checks: _alertmanager_problems) ---
-    # Secrets: write ${ENV_NAME}. Basic auth or a bearer token, not both.
+    # Secrets: write ${ENV_NAME}, or give a file (*.file, read at every request: a rotated Kubernetes
+    # Secret is used without a restart). Basic auth or a bearer token, not both.
     alertmanager_username: str | None = field(default=None, metadata=_alias("alertmanager.basic.auth.username"))
     alertmanager_password: str | None = field(default=None, metadata=_alias("alertmanager.basic.auth.password"))
+    alertmanager_password_file: str | None = field(default=None,
+                                                   metadata=_alias("alertmanager.basic.auth.password.file"))
     alertmanager_bearer_token: str | None = field(default=None, metadata=_alias("alertmanager.bearer.token"))
+    alertmanager_bearer_token_file: str | None = field(default=None, metadata=_alias("alertmanager.bearer.token.file"))
     # https: verify Alertmanager against this CA (unset: the system's); a client certificate if it asks for one
     alertmanager_ca_file: str | None = field(default=None, metadata=_alias("alertmanager.tls.ca.file"))
     alertmanager_cert_file: str | None = field(default=None, metadata=_alias("alertmanager.tls.cert.file"))
@@ -638,15 +642,22 @@ def _alertmanager_problems(s: SinkSettings) -> Iterator[ConfigError]:
                               "e.g. http://127.0.0.1:9093; several: a YAML list or comma-separated")
     if len(set(urls)) < len(urls):
         yield ConfigError(f"{key}url", "lists a URL twice", "list each Alertmanager instance once")
-    basic = s.alertmanager_username is not None or s.alertmanager_password is not None
-    for given, missing in (("username", "password"), ("password", "username")):
-        if getattr(s, f"alertmanager_{given}") is not None and getattr(s, f"alertmanager_{missing}") is None:
-            yield ConfigError(f"{key}basic.auth.{missing}", f"is missing (basic.auth.{given} is set)",
-                              f"set both, e.g. {missing}: ${{ALERTMANAGER_{missing.upper()}}}")
-    if basic and s.alertmanager_bearer_token is not None:
-        yield ConfigError(f"{key}bearer.token", "is set together with basic.auth.*",
+    yield from _alertmanager_secret_file_problems(s)
+    password = s.alertmanager_password is not None or s.alertmanager_password_file is not None
+    token = s.alertmanager_bearer_token is not None or s.alertmanager_bearer_token_file is not None
+    basic = s.alertmanager_username is not None or password
+    if s.alertmanager_username is not None and not password:
+        yield ConfigError(f"{key}basic.auth.password", "is missing (basic.auth.username is set)",
+                          "set both, e.g. password: ${ALERTMANAGER_PASSWORD}, or password.file: a mounted secret")
+    if password and s.alertmanager_username is None:
+        given = "password.file" if s.alertmanager_password is None else "password"
+        yield ConfigError(f"{key}basic.auth.username", f"is missing (basic.auth.{given} is set)",
+                          "set both, e.g. username: ${ALERTMANAGER_USERNAME}")
+    if basic and token:
+        yield ConfigError(f"{key}bearer.token" + ("" if s.alertmanager_bearer_token is not None else ".file"),
+                          "is set together with basic.auth.*",
                           "Alertmanager takes one kind of credentials: keep the one its proxy expects")
-    if (basic or s.alertmanager_bearer_token is not None) and any(redact(u) != u for u in urls):
+    if (basic or token) and any(redact(u) != u for u in urls):
         yield ConfigError(f"{key}url", "carries credentials (user:password@) while basic.auth / bearer.token are set",
                           "remove them from the URL")
     for name in ("ca", "cert", "key"):
@@ -664,6 +675,36 @@ def _alertmanager_problems(s: SinkSettings) -> Iterator[ConfigError]:
     if s.external_url is not None and not _is_http_url(s.external_url):
         yield ConfigError("sinks.external.url", f"{redact(s.external_url)!r} is not an http(s) URL",
                           "give the link to this job as people reach it, e.g. https://epochwatch.example.com/metrics")
+
+
+def _alertmanager_secret_file_problems(s: SinkSettings) -> Iterator[ConfigError]:
+    """A secret given as a file: not also inline, and readable now (it is read again at every request)."""
+    key = "sinks.alertmanager."
+    for inline, name in (("basic.auth.password", "password"), ("bearer.token", "bearer_token")):
+        path = getattr(s, f"alertmanager_{name}_file")
+        if path is None:
+            continue
+        if getattr(s, f"alertmanager_{name}") is not None:
+            yield ConfigError(f"{key}{inline}.file", f"is set together with {inline}",
+                              f"keep one: {inline}.file for a mounted secret, {inline} for ${{ENV_NAME}}")
+        problem = _unreadable(path)
+        if problem:
+            yield ConfigError(f"{key}{inline}.file", f"{path} {problem}",
+                              "give the path of a file the driver can read, holding only the secret "
+                              "(e.g. a key of a Kubernetes Secret mounted as a volume)")
+
+
+def _unreadable(path: str) -> str | None:
+    """Why the file cannot serve as a secret, or None."""
+    try:
+        text = Path(path).read_text()
+    except IsADirectoryError:
+        return "is a directory"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    except UnicodeDecodeError:
+        return "is not text"
+    return "is empty" if not text.strip() else None
 
 
 # Rules whose 0 means nothing useful (the pending period and the allowed lateness may be 0: none)

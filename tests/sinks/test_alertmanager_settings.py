@@ -4,14 +4,24 @@ Delivery itself is tested against real Alertmanagers (tests/integration/observab
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from streaming import config
 from streaming.commands import main
 from streaming.sinks.alertmanager import AlertmanagerSink
-from streaming.sinks.alertmanager_http import HttpOptions
+from streaming.sinks.alertmanager_http import UNAVAILABLE, AlertmanagerClient, HttpOptions
 
 AM = "http://am-1:9093"
+
+
+@pytest.fixture
+def secret_file(tmp_path):
+    """A file holding a secret, as a key of a Kubernetes Secret mounted as a volume is."""
+    path = tmp_path / "password"
+    path.write_text("pw-from-file\n")
+    return str(path)
 
 
 @pytest.fixture
@@ -48,6 +58,36 @@ def test_credentials_come_from_the_environment(monkeypatch):
     for shown in (repr(basic), repr(bearer), repr(HttpOptions.from_settings(basic)),
                   repr(HttpOptions.from_settings(bearer))):
         assert "pw-from-env" not in shown and "token-from-env" not in shown
+
+
+def test_credentials_from_files_are_read_at_every_request(secret_file, tmp_path):
+    """As Prometheus reads password_file / credentials_file: a rotated secret is used from the next
+    request on. The delivery through a real Alertmanager while the file rotates:
+    tests/integration/observability/test_alertmanager_delivery.py."""
+    basic = HttpOptions.from_settings(load(**{"alertmanager.url": AM, "alertmanager.basic.auth.username": "epochwatch",
+                                              "alertmanager.basic.auth.password.file": secret_file}))
+    assert basic == HttpOptions(username="epochwatch", password_file=secret_file)
+    assert basic.credentials() == (("epochwatch", "pw-from-file"), {})   # the newline `echo` leaves, dropped
+    Path(secret_file).write_text("rotated-pw")
+    assert basic.credentials() == (("epochwatch", "rotated-pw"), {})
+    token_file = tmp_path / "token"
+    token_file.write_text("token-from-file")
+    bearer = HttpOptions.from_settings(load(**{"alertmanager.url": AM,
+                                               "alertmanager.bearer.token.file": str(token_file)}))
+    assert bearer.credentials() == (None, {"Authorization": "Bearer token-from-file"})
+    assert "pw-from-file" not in repr(basic) and "token-from-file" not in repr(bearer)
+
+
+def test_a_secret_file_gone_at_send_time_is_retried_like_an_outage(secret_file):
+    """Between a Secret's removal and its return, nothing is sent with a stale or empty secret: the
+    POST is not made (the URL is a closed loopback port, never reached) and the alert waits."""
+    client = AlertmanagerClient("http://127.0.0.1:9", HttpOptions(username="epochwatch", password_file=secret_file))
+    try:
+        Path(secret_file).unlink()
+        outcome, detail = client.post([])
+    finally:
+        client.close()
+    assert outcome == UNAVAILABLE and secret_file in detail and "sinks.alertmanager" in detail
 
 
 def test_tls_files(pem):
@@ -89,13 +129,32 @@ BAD = [
      "credentials", "10-credentials in the URL and in the keys: one of them would silently win"),
     ({"external.url": "epochwatch.example.com"}, "sinks.external.url", "http(s) URL",
      "11-Alertmanager refuses an alert whose generatorURL is not absolute"),
+    ({"alertmanager.basic.auth.username": "u", "alertmanager.basic.auth.password": "p",
+      "alertmanager.basic.auth.password.file": "SECRET"}, "sinks.alertmanager.basic.auth.password.file", "keep one",
+     "12-a password inline and in a file: which one is sent would be a guess"),
+    ({"alertmanager.bearer.token": "t", "alertmanager.bearer.token.file": "SECRET"},
+     "sinks.alertmanager.bearer.token.file", "keep one", "13-likewise a token"),
+    ({"alertmanager.basic.auth.username": "u", "alertmanager.basic.auth.password.file": "/nonexistent/password"},
+     "sinks.alertmanager.basic.auth.password.file", "/nonexistent/password cannot be read",
+     "14-a secret file that is not there (a volume not mounted) would fail every delivery"),
+    ({"alertmanager.bearer.token.file": "EMPTY"}, "sinks.alertmanager.bearer.token.file", "is empty",
+     "15-an empty token would be sent as `Bearer ` and refused for ever"),
+    ({"alertmanager.bearer.token.file": "DIR"}, "sinks.alertmanager.bearer.token.file", "is a directory",
+     "16-the Secret's mount point instead of its key's file"),
+    ({"alertmanager.basic.auth.password.file": "SECRET"}, "sinks.alertmanager.basic.auth.username",
+     "basic.auth.password.file is set", "17-a password file alone: basic auth still needs its username"),
+    ({"alertmanager.basic.auth.username": "u", "alertmanager.basic.auth.password": "p",
+      "alertmanager.bearer.token.file": "SECRET"}, "sinks.alertmanager.bearer.token.file", "one kind of credentials",
+     "18-one Authorization header, whether the token is inline or in a file"),
 ]
 
 
 @pytest.mark.parametrize("overrides, key, words, why", BAD, ids=[b[3] for b in BAD])
-def test_errors_name_the_key_and_the_fix(overrides, key, words, why, pem, monkeypatch):
+def test_errors_name_the_key_and_the_fix(overrides, key, words, why, pem, secret_file, tmp_path, monkeypatch):
     monkeypatch.delenv("EPOCHWATCH_TEST_UNSET_PASSWORD", raising=False)
-    overrides = {k: pem if v == "PEM" else v for k, v in overrides.items()}
+    (tmp_path / "empty").write_text("\n")
+    files = {"PEM": pem, "SECRET": secret_file, "EMPTY": str(tmp_path / "empty"), "DIR": str(tmp_path)}
+    overrides = {k: files.get(v, v) for k, v in overrides.items()}
     overrides.setdefault("alertmanager.url", AM)
     with pytest.raises(config.ConfigError) as err:
         load(**overrides)
@@ -115,6 +174,7 @@ def test_validate_config_masks_the_password_and_the_token(tmp_path, capsys, monk
     assert "sinks.alertmanager.basic.auth.username = epochwatch" in out
     assert "sinks.alertmanager.basic.auth.password = ***" in out and "pw-from-env" not in out
     assert "sinks.alertmanager.bearer.token = null" in out
+    assert "sinks.alertmanager.basic.auth.password.file = null" in out
 
 
 def test_the_sink_takes_every_url_and_names_each_without_credentials():
@@ -127,3 +187,5 @@ def test_the_sink_takes_every_url_and_names_each_without_credentials():
         AlertmanagerSink(" , ")
     with pytest.raises(ValueError, match="not both"):
         HttpOptions(username="u", password="p", bearer_token="t")
+    with pytest.raises(ValueError, match="not both"):
+        HttpOptions(username="u", password="p", password_file="/run/secrets/pw")

@@ -192,7 +192,8 @@ def write_web_config(out: Path, *, users: dict[str, str] | None = None, cert: Pa
 class BearerTokenProxy:
     """A reverse proxy on 127.0.0.1 that lets through only requests with ``Authorization: Bearer
     <token>``, the way platforms put token auth in front of Alertmanager (which has none of its
-    own): Mimir's and Cortex's gateways, kube-rbac-proxy, oauth2-proxy."""
+    own): Mimir's and Cortex's gateways, kube-rbac-proxy, oauth2-proxy. ``token`` may be changed
+    while it runs (a rotated token)."""
 
     def __init__(self, upstream: str, token: str):
         proxy = self
@@ -205,7 +206,7 @@ class BearerTokenProxy:
                 self._forward("POST")
 
             def _forward(self, method: str) -> None:
-                if self.headers.get("Authorization") != f"Bearer {token}":
+                if self.headers.get("Authorization") != f"Bearer {proxy.token}":
                     proxy.refused += 1
                     self.send_response(401)
                     self.end_headers()
@@ -222,6 +223,7 @@ class BearerTokenProxy:
             def log_message(self, *args):
                 pass
 
+        self.token = token
         self.refused = 0
         self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

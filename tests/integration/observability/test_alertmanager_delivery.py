@@ -2,19 +2,22 @@
 streaming.config as `epochwatch run` is: an HA pair (every instance gets every alert, also while
 the other is down and after it returns; one that hangs holds back nothing), basic auth and TLS
 served by Alertmanager itself (--web.config.file), a client certificate, and a bearer token
-checked by a proxy in front (Alertmanager has no token auth of its own). Wrong credentials or an
-unknown CA are counted, retried and lose nothing."""
+checked by a proxy in front (Alertmanager has no token auth of its own); a password or token file
+rotated while the sink runs. Wrong credentials or an unknown CA are counted, retried and lose nothing."""
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
+import uuid
 
 import pytest
 
 from streaming import config
 from streaming.sinks.alertmanager import AlertmanagerSink
+from streaming.sinks.alertmanager_http import HttpOptions
 from streaming.sinks.labels import presented
 from streaming.sinks.metrics import Metrics
 from tests.integration.observability.services import (
@@ -248,6 +251,86 @@ def test_bearer_token_through_the_proxy_in_front(alertmanager, sinks, monkeypatc
             wait_until(lambda: failures(metrics, proxy.url) >= 2, timeout_s=15, what="refused deliveries counted")
             assert find(alertmanager, lag) is None and sink.backlog == 1 and proxy.refused >= 2
     finally:
+        proxy.close()
+
+
+def mounted_secret(directory, key: str, value: str) -> str:
+    """``directory/key`` as the kubelet lays out a Secret volume: ``key -> ..data/key`` and
+    ``..data -> ..<version>``; called again, it rotates the secret the way the kubelet does, by
+    swapping ``..data`` in one rename. Returns the path a config names."""
+    version = directory / f"..{uuid.uuid4().hex[:8]}"
+    version.mkdir(parents=True)
+    (version / key).write_text(value + "\n")
+    swap = directory / "..data_tmp"
+    swap.symlink_to(version.name)
+    os.replace(swap, directory / "..data")
+    if not (directory / key).is_symlink():
+        (directory / key).symlink_to(f"..data/{key}")
+    return str(directory / key)
+
+
+def test_basic_auth_password_file_rotated_while_the_sink_runs(start_alertmanager, tmp_path):
+    """The password is rotated on both sides: Alertmanager's web config first (it reads the file at
+    every request), so the sink's next POSTs are refused and counted, then the mounted Secret; the
+    alert that waited goes through with the new password, with the same sink, no restart."""
+    web = write_web_config(tmp_path / "web.yml", users={"epochwatch": PASSWORD})
+    am = start_alertmanager("am", web_config=web, probe={"auth": ("epochwatch", PASSWORD)})
+    secret = tmp_path / "secret"
+    keys = {"alertmanager.url": am.url, "alertmanager.basic.auth.username": "epochwatch",
+            "alertmanager.basic.auth.password.file": mounted_secret(secret, "password", PASSWORD)}
+    metrics = Metrics()
+    sink = AlertmanagerSink(am.url, http=HttpOptions.from_settings(settings(**keys)), metrics=metrics,
+                            backoff_max_s=1)
+    try:
+        lag = alert("lag")
+        sink.add([lag])
+        sink.flush()
+        wait_until(lambda: find(am, lag), timeout_s=10, what="the alert delivered with the first password")
+
+        write_web_config(web, users={"epochwatch": "pw-rotated"})
+        am.probe["auth"] = ("epochwatch", "pw-rotated")     # the test's own reads of Alertmanager
+        duplicate = alert("dup", alertname="DuplicateBrokerId")
+        sink.add([duplicate])
+        sink.flush()
+        wait_until(lambda: failures(metrics, am.url) >= 1, timeout_s=15, what="the old password refused")
+        assert find(am, duplicate) is None and sink.backlog == 1
+
+        mounted_secret(secret, "password", "pw-rotated")
+        wait_until(lambda: find(am, duplicate), timeout_s=10, what="the waiting alert sent with the new password")
+        assert sink.backlog == 0
+        later = alert("later", alertname="ControllerFlapping")
+        sink.add([later])
+        sink.flush()
+        wait_until(lambda: find(am, later), timeout_s=10, what="the next alert, with the new password too")
+    finally:
+        sink.close(timeout_s=3)
+
+
+def test_bearer_token_file_rotated_while_the_sink_runs(alertmanager, tmp_path):
+    proxy = BearerTokenProxy(alertmanager.url, TOKEN)
+    secret = tmp_path / "secret"
+    keys = {"alertmanager.url": proxy.url, "alertmanager.bearer.token.file": mounted_secret(secret, "token", TOKEN)}
+    metrics = Metrics()
+    sink = AlertmanagerSink(proxy.url, http=HttpOptions.from_settings(settings(**keys)), metrics=metrics,
+                            backoff_max_s=1)
+    try:
+        lag = alert("lag")
+        sink.add([lag])
+        sink.flush()
+        wait_until(lambda: find(alertmanager, lag), timeout_s=10, what="the alert with the first token")
+
+        proxy.token = "token-rotated"
+        duplicate = alert("dup", alertname="DuplicateBrokerId")
+        sink.add([duplicate])
+        sink.flush()
+        wait_until(lambda: proxy.refused >= 1, timeout_s=15, what="the old token refused")
+        assert find(alertmanager, duplicate) is None
+
+        mounted_secret(secret, "token", "token-rotated")
+        wait_until(lambda: find(alertmanager, duplicate), timeout_s=10, what="the waiting alert with the new token")
+        assert sink.backlog == 0
+    finally:
+        sink.close(timeout_s=3)
         proxy.close()
 
 
