@@ -80,6 +80,10 @@ class KafkaSettings:
     schema_registry_credentials: str | None = field(default=None,
                                                     metadata=_alias("schema.registry.basic.auth.user.info"))
     schema_registry_ca_location: str | None = field(default=None, metadata=_alias("schema.registry.ssl.ca.location"))
+    # A client certificate (PEM) and its unencrypted key, for a registry that asks for one (mTLS)
+    schema_registry_certificate_location: str | None = field(
+        default=None, metadata=_alias("schema.registry.ssl.certificate.location"))
+    schema_registry_key_location: str | None = field(default=None, metadata=_alias("schema.registry.ssl.key.location"))
 
     def __post_init__(self):
         for f in fields(self):
@@ -107,7 +111,9 @@ class KafkaSettings:
     def registry_conf(self) -> dict[str, str]:
         """The Schema Registry client's settings besides its URL."""
         conf = {"basic.auth.user.info": self.schema_registry_credentials,
-                "ssl.ca.location": self.schema_registry_ca_location}
+                "ssl.ca.location": self.schema_registry_ca_location,
+                "ssl.certificate.location": self.schema_registry_certificate_location,
+                "ssl.key.location": self.schema_registry_key_location}
         return {name: value for name, value in conf.items() if value}
 
     def registry_catalog(self, topic: str):
@@ -605,8 +611,11 @@ def _problems(settings: Settings) -> Iterator[ConfigError]:
 def _registry_problems(k: KafkaSettings) -> Iterator[ConfigError]:
     """What the Schema Registry client would refuse later (values of secrets never quoted)."""
     url, credentials, ca = k.schema_registry_url, k.schema_registry_credentials, k.schema_registry_ca_location
+    client_cert = {"ssl.certificate.location": k.schema_registry_certificate_location,
+                   "ssl.key.location": k.schema_registry_key_location}
+    yield from _registry_client_cert_problems(client_cert)
     if not url:
-        for key, value in (("basic.auth.user.info", credentials), ("ssl.ca.location", ca)):
+        for key, value in (("basic.auth.user.info", credentials), ("ssl.ca.location", ca), *client_cert.items()):
             if value:
                 yield ConfigError(f"kafka.schema.registry.{key}", "is set but kafka.schema.registry.url is not",
                                   "set kafka.schema.registry.url, or leave this out")
@@ -627,6 +636,21 @@ def _registry_problems(k: KafkaSettings) -> Iterator[ConfigError]:
     if ca and not Path(ca).exists():
         yield ConfigError("kafka.schema.registry.ssl.ca.location", f"{ca} does not exist",
                           "give the path of the CA certificate (PEM) that signed the registry's certificate")
+
+
+def _registry_client_cert_problems(client_cert: Mapping[str, str | None]) -> Iterator[ConfigError]:
+    """A client certificate for the registry: both files or neither, and both there."""
+    key = "kafka.schema.registry."
+    given = [name for name, path in client_cert.items() if path]
+    if len(given) == 1:
+        [missing] = set(client_cert) - set(given)
+        yield ConfigError(f"{key}{missing}", f"is missing ({key}{given[0]} is set)",
+                          "a client certificate needs both: ssl.certificate.location (PEM) and ssl.key.location")
+    for name in given:
+        if not Path(client_cert[name]).is_file():
+            what = "client certificate (PEM)" if name == "ssl.certificate.location" else "client certificate's key (PEM)"
+            yield ConfigError(f"{key}{name}", f"{client_cert[name]} is not a file",
+                              f"give the path of the {what}, readable by the driver and the executors")
 
 
 def _is_http_url(value: str) -> bool:

@@ -1,5 +1,6 @@
 """Config errors name the key and the fix; the shipped config is valid; secrets come from the env."""
 
+import ssl
 from pathlib import Path
 
 import pytest
@@ -205,6 +206,18 @@ REGISTRY_BAD = [
     ({**REGISTRY_URL, "kafka.encoding": "schemaless"}, "kafka.schema.registry.url", "kafka.encoding: confluent",
      "6-schemaless records carry no schema id: the source refuses the registry then"),
     ({"kafka.schema.registry.url": "registry:8081"}, "kafka.schema.registry.url", "http(s) URL", "7-no scheme"),
+    ({**REGISTRY_URL, "kafka.schema.registry.ssl.certificate.location": str(SHIPPED)},
+     "kafka.schema.registry.ssl.key.location", "needs both", "8-a client certificate without its key"),
+    ({**REGISTRY_URL, "kafka.schema.registry.ssl.key.location": str(SHIPPED)},
+     "kafka.schema.registry.ssl.certificate.location", "needs both",
+     "9-a key without its certificate: the client refuses it when the job starts"),
+    ({**REGISTRY_URL, "kafka.schema.registry.ssl.certificate.location": "/nonexistent/client.pem",
+      "kafka.schema.registry.ssl.key.location": str(SHIPPED)},
+     "kafka.schema.registry.ssl.certificate.location", "/nonexistent/client.pem is not a file",
+     "10-a certificate file that is not there (a Secret not mounted)"),
+    ({"kafka.schema.registry.ssl.certificate.location": str(SHIPPED), "kafka.schema.registry.ssl.key.location":
+      str(SHIPPED)}, "kafka.schema.registry.ssl.certificate.location", "set kafka.schema.registry.url",
+     "11-a client certificate for no registry says so rather than does nothing"),
 ]
 
 
@@ -226,6 +239,25 @@ def test_registry_credentials_come_from_the_environment_and_never_show(tmp_path,
     assert main(["validate-config", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "kafka.schema.registry.basic.auth.user.info = ***" in out and "registry-pw-5e1d" not in out
+
+def test_registry_client_certificate_reaches_the_schema_registry_client(tmp_path):
+    """The pair reaches confluent_kafka's SchemaRegistryClient, which loads it when it is made: a key
+    that is not the certificate's is refused there, so the files really are the ones it presents."""
+    from tests.support.tls import make_pki
+    from udfs.registry_catalog import RegistryCatalog
+
+    pki = make_pki(tmp_path)
+    keys = {**REGISTRY_URL, "kafka.schema.registry.ssl.ca.location": str(pki.ca),
+            "kafka.schema.registry.ssl.certificate.location": str(pki.client_cert),
+            "kafka.schema.registry.ssl.key.location": str(pki.client_key)}
+    kafka = config.load(overrides=keys).kafka
+    assert kafka.registry_conf() == {"ssl.ca.location": str(pki.ca), "ssl.certificate.location": str(pki.client_cert),
+                                     "ssl.key.location": str(pki.client_key)}
+    RegistryCatalog(kafka.schema_registry_url, "events", kafka.registry_conf())   # loads the pair: no error
+    mismatched = config.load(overrides={**keys, "kafka.schema.registry.ssl.key.location": str(pki.server_key)})
+    with pytest.raises(ssl.SSLError, match="KEY_VALUES_MISMATCH"):
+        RegistryCatalog(kafka.schema_registry_url, "events", mismatched.kafka.registry_conf())
+
 
 def test_per_client_alerts_roll_up_per_broker_unless_asked_otherwise(tmp_path):
     assert (config.load().rules.client_alerts, config.load().rules.client_alerts_examples) == ("per_broker", 5)
