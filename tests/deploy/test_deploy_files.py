@@ -115,7 +115,8 @@ def test_configmap_config_loads_with_the_secrets_as_environment(monkeypatch, tmp
     spec = objects["SparkApplication"]["spec"]
     secret = objects["Secret"]
     text = objects["ConfigMap"]["data"]["epochwatch.yaml"]
-    refs = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)\}", text))
+    live = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    refs = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)\}", live))   # the commented ones: the test below
     assert refs and refs <= set(secret["stringData"]), "every ${NAME} of the config comes from the Secret"
     for role in ("driver", "executor"):
         assert {"secretRef": {"name": secret["metadata"]["name"]}} in container(spec, role)["envFrom"], role
@@ -134,6 +135,34 @@ def test_configmap_config_loads_with_the_secrets_as_environment(monkeypatch, tmp
     config_volume = next(n for n, v in volumes.items() if v.get("configMap", {}).get("name")
                          == objects["ConfigMap"]["metadata"]["name"])
     assert args[args.index("--config") + 1] == f"{_mounts(spec, 'driver')[config_volume]}/epochwatch.yaml"
+
+
+def uncommented(text: str, *words: str) -> str:
+    """``text`` with the commented lines holding any of ``words`` made live (what a user does)."""
+    return "\n".join(re.sub(r"^(\s*)# ", r"\1", line) if line.lstrip().startswith("# ") and
+                     any(w in line for w in words) else line for line in text.splitlines()) + "\n"
+
+
+def test_schema_registry_credentials_shown_from_the_secret(monkeypatch, tmp_path):
+    """The registry keys commented in the ConfigMap and the Secret's key commented with them: made
+    live, the config loads with the Secret's value, under the variable the example config names."""
+    text = MANIFEST.read_text()
+    live = uncommented(text, "schema.registry.", "EPOCHWATCH_REGISTRY_AUTH")
+    objects = {o["kind"]: o for o in yaml.safe_load_all(live) if o}
+    example = (DEPLOY / "config" / "epochwatch.yaml").read_text()
+    [variable] = re.findall(r"schema\.registry\.basic\.auth\.user\.info: \$\{([A-Z_]+)\}", example)
+    config_text = objects["ConfigMap"]["data"]["epochwatch.yaml"]
+    assert f"schema.registry.basic.auth.user.info: ${{{variable}}}" in config_text
+    secret = objects["Secret"]["stringData"]
+    assert variable in secret and ":" in secret[variable], "USER:PASSWORD, from the Secret every pod gets as env"
+    for name, value in secret.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "epochwatch.yaml"
+    path.write_text(config_text)
+    kafka = config.load(path).kafka
+    assert kafka.schema_registry_url.startswith("https://")
+    assert kafka.registry_conf() == {"basic.auth.user.info": secret[variable]}
+    assert variable not in manifest()["Secret"]["stringData"], "optional: commented until a registry is used"
 
 
 def test_checkpoint_is_on_the_claim_mounted_by_driver_and_executors_with_s3_shown():
