@@ -261,12 +261,12 @@ def test_object_storage_credentials_come_from_the_pods_identity():
     assert spec["sparkConf"]["spark.hadoop.fs.s3a.aws.credentials.provider"] == \
         "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
     text = MANIFEST.read_text()
-    # GCS through the connector in the image, with application default credentials (GKE workload
-    # identity); tests/deploy/test_gcs_connector.py loads these on PySpark's Hadoop
-    hadoop = {k.removeprefix("spark.hadoop."): v for k, v in spec["sparkConf"].items()}
-    assert hadoop["fs.gs.impl"] == "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem"
-    assert hadoop["fs.AbstractFileSystem.gs.impl"] == "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS"
-    assert hadoop["fs.gs.auth.type"] == "APPLICATION_DEFAULT"
+    # GCS through hadoop-gcp in the image, which Hadoop's defaults bind to gs://: only the
+    # credentials, from the metadata server (GKE workload identity); tests/deploy/
+    # test_gcs_connector.py runs these on PySpark's Hadoop
+    gcs = {k: v for k, v in spec["sparkConf"].items() if k.startswith("spark.hadoop.fs.gs.")}
+    assert gcs == {"spark.hadoop.fs.gs.auth.type": "COMPUTE_ENGINE"}
+    assert not any(k.startswith("spark.hadoop.fs.AbstractFileSystem.gs.") for k in spec["sparkConf"])
     for leak in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "fs.s3a.access.key", "fs.s3a.secret.key",
                  "GOOGLE_APPLICATION_CREDENTIALS", "json.keyfile", "private_key",
                  "spark.jars.packages", "spark.jars.ivy"):
@@ -426,14 +426,13 @@ def test_object_storage_jars_are_pinned_and_match_sparks_hadoop():
     deps = pom_dependencies()
     assert set(deps) == {"org.apache.hadoop:hadoop-aws", "software.amazon.awssdk:bundle",
                          "software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3",
-                         "org.wildfly.openssl:wildfly-openssl",
-                         # shaded: Google's jar with its own dependencies relocated inside it
-                         "com.google.cloud.bigdataoss:gcs-connector:shaded"}
+                         "org.wildfly.openssl:wildfly-openssl", "org.apache.hadoop:hadoop-gcp"}
     for name, version in deps.items():
         assert re.fullmatch(r"\d+(\.\d+)+(\.Final)?", version or ""), f"{name}: {version!r} is not a pinned version"
-    # hadoop-aws is built against one Hadoop: the client jars PySpark ships
+    # hadoop-aws and hadoop-gcp are built against one Hadoop: the client jars PySpark ships
     [client] = (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar")
-    assert deps["org.apache.hadoop:hadoop-aws"] == client.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    hadoop = client.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    assert deps["org.apache.hadoop:hadoop-aws"] == deps["org.apache.hadoop:hadoop-gcp"] == hadoop
 
 
 def test_image_bakes_the_object_storage_jars_into_sparks_jars_folder():
@@ -442,7 +441,7 @@ def test_image_bakes_the_object_storage_jars_into_sparks_jars_folder():
     [resolve] = [r for r in ops(jars, "RUN") if r.startswith("mvn ")]
     assert "-f /build/pom.xml" in resolve and "dependency:copy-dependencies" in resolve
     # the build fails unless both file systems' jars were copied
-    assert "ls /build/jars/hadoop-aws-*.jar /build/jars/gcs-connector-*-shaded.jar" in resolve
+    assert "ls /build/jars/hadoop-aws-*.jar /build/jars/hadoop-gcp-*.jar" in resolve
     output = re.search(r"-DoutputDirectory=(\S+)", resolve)[1]
     runtime = stage("runtime")
     spark_home = re.search(r"SPARK_HOME=(\S+)", " ".join(ops(runtime, "ENV")))[1]
