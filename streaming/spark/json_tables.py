@@ -4,13 +4,13 @@ and for the kinds that change a little at a time, a base value and a log of what
 The format, ``{"fields": [...], "rows": [[...], ...]}``: the field names once instead of in every
 record, a third of the bytes an array of objects takes, and faster to read back.
 
-The log, why: a client shard holds thousands of clients and a live micro-batch touches a few percent of
-them, yet writing the whole table back took a third of a stateful task (the state API and
-RocksDB's changelog carry every byte of it; figures: bench/RESULTS.md, Live latency and silence).
-So a step appends only the rows it changed (and the ids of the entities it dropped) to
-``<kind>_log``, and rewrites the base, emptying the log, once the log has grown as large as the
-table: the bytes written per step are about twice the changes, a rebuild reads at most twice the
-table.
+The log, why: a client shard holds thousands of clients and a live micro-batch touches a few
+percent of them, yet writing the whole table back took a third of a stateful task (the state API
+and RocksDB's changelog carry every byte of it; figures: bench/HISTORY.md, Live latency and
+silence, session 21). So a step appends only the rows it changed (and the ids of the entities it
+dropped) to ``<kind>_log``, and rewrites the base, emptying the log, once the log has grown as
+large as the table: the bytes written per step are about twice the changes, a rebuild reads at
+most twice the table.
 
 An entry is a JSON table like the base (``{"fields", "rows"}``) plus ``removed`` (entity ids) and
 ``seq`` (its place in the log, from 1), so Spark's state reader can merge them too
@@ -86,7 +86,6 @@ def replay(kind: KeyKind, base: tuple[int, str] | None, log: list[tuple[int, str
             table[ident(rec)] = rec
         logged += count
     return list(table.values()), logged
-
 
 
 def to_json_rows(rows: list) -> str:

@@ -37,8 +37,8 @@ class JsonProgressListener(StreamingQueryListener):
     Why not PySpark's own hand-over: it builds the progress object field by field, a call into
     the JVM each, and for every observed metric looks a JVM class up by name, which searches
     every jar: with one such listener the driver JVM spent a third of its samples there, ~12% of
-    a core, every batch (a flight recording of bench/detection_latency.py; bench/RESULTS.md, Live
-    latency and silence). Here the JVM writes the JSON and one call brings it over."""
+    a core, every batch (a flight recording of bench/detection_latency.py; bench/HISTORY.md, Live
+    latency and silence, session 21). Here the JVM writes the JSON and one call brings it over."""
 
     def on_progress(self, progress: dict) -> None:
         raise NotImplementedError
