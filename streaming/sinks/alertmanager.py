@@ -72,11 +72,12 @@ class AlertmanagerSink:
         self._labels = labels
 
     @classmethod
-    def from_settings(cls, sinks: SinkSettings, metrics: DeliveryMetrics | None = None) -> AlertmanagerSink:
-        """The sink ``sinks.alertmanager.*`` and ``sinks.external.url`` describe."""
+    def from_settings(cls, sinks: SinkSettings, metrics: DeliveryMetrics | None = None, **options) -> AlertmanagerSink:
+        """The sink ``sinks.alertmanager.*`` and ``sinks.external.url`` describe; ``options``: what
+        the settings leave to the constructor's defaults (timeouts, backoff)."""
         return cls(sinks.alertmanager_urls(), resend_interval_s=sinks.alertmanager_resend_interval_s,
                    generator_url=sinks.generator_url(), metrics=metrics, http=HttpOptions.from_settings(sinks),
-                   labels=sinks.labels)
+                   labels=sinks.labels, **options)
 
     # --- called by the job (must return in milliseconds) ---------------------------------
 

@@ -17,7 +17,6 @@ import pytest
 
 from streaming import config
 from streaming.sinks.alertmanager import AlertmanagerSink
-from streaming.sinks.alertmanager_http import HttpOptions
 from streaming.sinks.labels import presented
 from streaming.sinks.metrics import Metrics
 from tests.integration.observability.services import (
@@ -81,11 +80,11 @@ def settings(**sinks) -> config.SinkSettings:
     return config.load(overrides={f"sinks.{k}": v for k, v in sinks.items()}).sinks
 
 
-def sending_one_alert(sinks, keys: dict) -> tuple[AlertmanagerSink, Metrics, dict]:
-    """A sink as ``sinks.*`` keys describe it (made through the ``sinks`` fixture), its metrics, and
-    the one alert it was just given to deliver."""
+def sending_one_alert(sinks, keys: dict, **options) -> tuple[AlertmanagerSink, Metrics, dict]:
+    """A sink as ``sinks.*`` keys describe it (made through the ``sinks`` fixture; ``options`` as
+    AlertmanagerSink takes them), its metrics, and the one alert it was just given to deliver."""
     metrics = Metrics()
-    sink = sinks(AlertmanagerSink.from_settings(settings(**keys), metrics))
+    sink = sinks(AlertmanagerSink.from_settings(settings(**keys), metrics, **options))
     lag = alert("lag")
     sink.add([lag])
     sink.flush()
@@ -269,7 +268,7 @@ def mounted_secret(directory, key: str, value: str) -> str:
     return str(directory / key)
 
 
-def test_basic_auth_password_file_rotated_while_the_sink_runs(start_alertmanager, tmp_path):
+def test_basic_auth_password_file_rotated_while_the_sink_runs(start_alertmanager, sinks, tmp_path):
     """The password is rotated on both sides: Alertmanager's web config first (it reads the file at
     every request), so the sink's next POSTs are refused and counted, then the mounted Secret; the
     alert that waited goes through with the new password, with the same sink, no restart."""
@@ -278,45 +277,32 @@ def test_basic_auth_password_file_rotated_while_the_sink_runs(start_alertmanager
     secret = tmp_path / "secret"
     keys = {"alertmanager.url": am.url, "alertmanager.basic.auth.username": "epochwatch",
             "alertmanager.basic.auth.password.file": mounted_secret(secret, "password", PASSWORD)}
-    metrics = Metrics()
-    sink = AlertmanagerSink(am.url, http=HttpOptions.from_settings(settings(**keys)), metrics=metrics,
-                            backoff_max_s=1)
-    try:
-        lag = alert("lag")
-        sink.add([lag])
-        sink.flush()
-        wait_until(lambda: find(am, lag), timeout_s=10, what="the alert delivered with the first password")
+    sink, metrics, lag = sending_one_alert(sinks, keys, backoff_max_s=1)
+    wait_until(lambda: find(am, lag), timeout_s=10, what="the alert delivered with the first password")
 
-        write_web_config(web, users={"epochwatch": "pw-rotated"})
-        am.probe["auth"] = ("epochwatch", "pw-rotated")     # the test's own reads of Alertmanager
-        duplicate = alert("dup", alertname="DuplicateBrokerId")
-        sink.add([duplicate])
-        sink.flush()
-        wait_until(lambda: failures(metrics, am.url) >= 1, timeout_s=15, what="the old password refused")
-        assert find(am, duplicate) is None and sink.backlog == 1
+    write_web_config(web, users={"epochwatch": "pw-rotated"})
+    am.probe["auth"] = ("epochwatch", "pw-rotated")     # the test's own reads of Alertmanager
+    duplicate = alert("dup", alertname="DuplicateBrokerId")
+    sink.add([duplicate])
+    sink.flush()
+    wait_until(lambda: failures(metrics, am.url) >= 1, timeout_s=15, what="the old password refused")
+    assert find(am, duplicate) is None and sink.backlog == 1
 
-        mounted_secret(secret, "password", "pw-rotated")
-        wait_until(lambda: find(am, duplicate), timeout_s=10, what="the waiting alert sent with the new password")
-        assert sink.backlog == 0
-        later = alert("later", alertname="ControllerFlapping")
-        sink.add([later])
-        sink.flush()
-        wait_until(lambda: find(am, later), timeout_s=10, what="the next alert, with the new password too")
-    finally:
-        sink.close(timeout_s=3)
+    mounted_secret(secret, "password", "pw-rotated")
+    wait_until(lambda: find(am, duplicate), timeout_s=10, what="the waiting alert sent with the new password")
+    assert sink.backlog == 0
+    later = alert("later", alertname="ControllerFlapping")
+    sink.add([later])
+    sink.flush()
+    wait_until(lambda: find(am, later), timeout_s=10, what="the next alert, with the new password too")
 
 
-def test_bearer_token_file_rotated_while_the_sink_runs(alertmanager, tmp_path):
+def test_bearer_token_file_rotated_while_the_sink_runs(alertmanager, sinks, tmp_path):
     proxy = BearerTokenProxy(alertmanager.url, TOKEN)
     secret = tmp_path / "secret"
     keys = {"alertmanager.url": proxy.url, "alertmanager.bearer.token.file": mounted_secret(secret, "token", TOKEN)}
-    metrics = Metrics()
-    sink = AlertmanagerSink(proxy.url, http=HttpOptions.from_settings(settings(**keys)), metrics=metrics,
-                            backoff_max_s=1)
     try:
-        lag = alert("lag")
-        sink.add([lag])
-        sink.flush()
+        sink, _, lag = sending_one_alert(sinks, keys, backoff_max_s=1)
         wait_until(lambda: find(alertmanager, lag), timeout_s=10, what="the alert with the first token")
 
         proxy.token = "token-rotated"
@@ -330,7 +316,6 @@ def test_bearer_token_file_rotated_while_the_sink_runs(alertmanager, tmp_path):
         wait_until(lambda: find(alertmanager, duplicate), timeout_s=10, what="the waiting alert with the new token")
         assert sink.backlog == 0
     finally:
-        sink.close(timeout_s=3)
         proxy.close()
 
 
