@@ -9,8 +9,8 @@ percent of them, yet writing the whole table back took a third of a stateful tas
 and RocksDB's changelog carry every byte of it; figures: bench/HISTORY.md, Live latency and
 silence, session 21). So a step appends only the rows it changed (and the ids of the entities it
 dropped) to ``<kind>_log``, and rewrites the base, emptying the log, once the log has grown as
-large as the table: the bytes written per step are about twice the changes, a rebuild reads at
-most twice the table.
+large as the table (times 1 to 2, set per key: ``rewrite_spread``): the bytes written per step
+are two to three times the changes, a rebuild reads at most three times the table.
 
 An entry is a JSON table like the base (``{"fields", "rows"}``) plus ``removed`` (entity ids) and
 ``seq`` (its place in the log, from 1), so Spark's state reader can merge them too
@@ -20,6 +20,7 @@ An entry is a JSON table like the base (``{"fields", "rows"}``) plus ``removed``
 from __future__ import annotations
 
 import operator
+import zlib
 from dataclasses import dataclass
 
 import orjson
@@ -41,10 +42,23 @@ class TableWrite:
     logged: int
 
 
-def plan(cls, before: dict | None, after: dict, touched, logged: int) -> TableWrite:
+def rewrite_spread(cluster_id: str, shard: int) -> float:
+    """A key's share in [0, 1) of extra log before its rewrite: shards that change at the same
+    pace (a fleet's clients hash evenly) would otherwise all rewrite in the same micro-batch,
+    a batch writing every client whole, every ~15 batches. A cluster's shards step through
+    [0, 1) by the golden ratio (evenly apart for any shard count) from a start set by the
+    cluster's id; stable across processes and restarts."""
+    return (zlib.crc32(cluster_id.encode()) / 2**32 + shard * _GOLDEN) % 1.0
+
+
+_GOLDEN = (5 ** 0.5 - 1) / 2
+
+
+def plan(cls, before: dict | None, after: dict, touched, logged: int, spread: float = 0.0) -> TableWrite:
     """The write that takes the stored table (``before``: each entity's row values as stored, by
     id; None: nothing stored) to ``after``. ``touched``: the ids the rules changed (a superset
-    is fine, a missing one is lost); ``logged``: rows already in the log since the base."""
+    is fine, a missing one is lost); ``logged``: rows already in the log since the base;
+    ``spread``: the log may hold (1 + spread) times the table's rows before the rewrite."""
     if before is None:
         return _rewrite(cls, after, logged)
     removed = [key for key in before if key not in after]
@@ -59,7 +73,7 @@ def plan(cls, before: dict | None, after: dict, touched, logged: int) -> TableWr
     size = len(changed) + len(removed)
     if size == 0:
         return TableWrite(False, None, None, False, logged)
-    if logged + size >= len(after):
+    if logged + size >= len(after) * (1 + spread):
         return _rewrite(cls, after, logged)
     seq = logged + size
     text = orjson.dumps({"fields": records.field_names(cls), "rows": [after[key] for key in changed],

@@ -244,7 +244,8 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
     row_values, write, logged = None, None, 0
     if key_kind.incremental_json:
         row_values = _row_values(cls, table_rows, stored.row_values, result.touched)
-        write = json_tables.plan(cls, stored.row_values, row_values, result.touched, stored.logged)
+        write = json_tables.plan(cls, stored.row_values, row_values, result.touched, stored.logged,
+                                 json_tables.rewrite_spread(request.cluster_id, request.shard))
         entities, logged = write.base, write.logged
     elif key_kind.json_state:
         entities = _json_value(list(table_rows.values()))

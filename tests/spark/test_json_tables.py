@@ -9,7 +9,7 @@ import orjson
 
 from streaming.engine.keys import CLIENTS as CLIENTS_KIND
 from streaming.rules.records import ClientRecord, CommitRecord
-from streaming.spark.json_tables import from_json_rows, plan, replay, to_json_rows
+from streaming.spark.json_tables import from_json_rows, plan, replay, rewrite_spread, to_json_rows
 
 CLIENTS = [ClientRecord("a", accepted_epoch=7, stale_broker_ids=[1, 2], stale_since_ms=[10, 20],
                         stale_last_ms=[11, 21], stale_counts=[3, 1], last_event_ms=99),
@@ -103,3 +103,32 @@ def test_a_table_emptied_clears_its_base_and_log():
     before = _values({f"c{i}": ClientRecord(f"c{i}") for i in range(10)})
     write = plan(ClientRecord, before, {}, set(before), logged=4)
     assert (write.rewrite, write.base, write.clear_log, write.logged) == (True, None, True, 0)
+
+
+def test_shards_changing_alike_do_not_all_rewrite_in_the_same_step():
+    """Why: a fleet's clients hash evenly, so 16 shards grow their logs at the same pace; rewriting
+    them all in one micro-batch wrote every client whole in it, a slow batch every ~15."""
+    shards = range(16)
+    tables = {s: _values({f"c{i}": ClientRecord(f"c{i}") for i in range(1000)}) for s in shards}
+    rewrites = {True: Counter(), False: Counter()}   # spread on / off -> rewrites at each step
+    for spread_on in rewrites:
+        logged = dict.fromkeys(shards, 0)
+        for step in range(100):
+            for s in shards:
+                touched = {f"c{(step * 60 + j) % 1000}" for j in range(60)}
+                spread = rewrite_spread("fleet", s) if spread_on else 0.0
+                write = plan(ClientRecord, tables[s], tables[s], touched, logged[s], spread)
+                logged[s] = write.logged
+                rewrites[spread_on][step] += write.rewrite
+    assert max(rewrites[False].values()) == 16, "the same pace, no spread: all at once"
+    assert max(rewrites[True].values()) <= 4, rewrites[True]
+    assert sum(rewrites[True].values()) >= 16 * 3, "each shard still rewrites, ~every 17-33 steps"
+    assert min(abs(rewrite_spread("fleet", a) - rewrite_spread("fleet", b)) for a in shards for b in shards if a < b) > 0.02
+
+
+def test_the_log_holds_up_to_its_spread_more_than_the_table_before_a_rewrite():
+    table = _values({f"c{i}": ClientRecord(f"c{i}") for i in range(100)})
+    touched = {f"c{i}" for i in range(10)}
+    assert plan(ClientRecord, table, table, touched, logged=90).rewrite
+    assert not plan(ClientRecord, table, table, touched, logged=90, spread=0.5).rewrite
+    assert plan(ClientRecord, table, table, touched, logged=140, spread=0.5).rewrite
