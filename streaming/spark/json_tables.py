@@ -42,16 +42,16 @@ class TableWrite:
     logged: int
 
 
+_GOLDEN = (5 ** 0.5 - 1) / 2
+
+
 def rewrite_spread(cluster_id: str, shard: int) -> float:
     """A key's share in [0, 1) of extra log before its rewrite: shards that change at the same
     pace (a fleet's clients hash evenly) would otherwise all rewrite in the same micro-batch,
     a batch writing every client whole, every ~15 batches. A cluster's shards step through
-    [0, 1) by the golden ratio (evenly apart for any shard count) from a start set by the
-    cluster's id; stable across processes and restarts."""
+    [0, 1) by the golden ratio (well apart for any shard count: at most three gap sizes) from
+    a start set by the cluster's id; stable across processes and restarts."""
     return (zlib.crc32(cluster_id.encode()) / 2**32 + shard * _GOLDEN) % 1.0
-
-
-_GOLDEN = (5 ** 0.5 - 1) / 2
 
 
 def plan(cls, before: dict | None, after: dict, touched, logged: int, spread: float = 0.0) -> TableWrite:
