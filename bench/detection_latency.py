@@ -214,8 +214,8 @@ def report(phase: str, injected: dict, emitted: dict, rows: list[dict]) -> None:
     # what the tail is made of: a p99 over 60 zombies is about the slowest batch they waited for
     for p in sorted(rows, key=lambda p: -p["durationMs"]["triggerExecution"])[:3]:
         op = (p.get("stateOperators") or [{}])[0]
-        parts = {k: v for k, v in p["durationMs"].items() if v >= 20}
-        print(f"  slow batch {p['batchId']}: " + ", ".join(f"{k} {v}" for k, v in parts.items())
+        slow_parts = {k: v for k, v in p["durationMs"].items() if v >= 20}
+        print(f"  slow batch {p['batchId']}: " + ", ".join(f"{k} {v}" for k, v in slow_parts.items())
               + f"; state updates {op.get('allUpdatesTimeMs', 0)}, commit {op.get('commitTimeMs', 0)}, "
               f"rows updated {op.get('numRowsUpdated', 0)}, input {input_records(p)[0]:,}")
 
