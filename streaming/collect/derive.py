@@ -106,6 +106,7 @@ class Sent:
     behind_rounds: dict[int, int] = field(default_factory=dict)  # consecutive rounds found behind
     first_heard: dict[int, int] = field(default_factory=dict)    # when a broker's start time was awaited
     no_start_time: set[int] = field(default_factory=set)         # brokers sent with incarnation 0 for good
+    fenced_running: set[int] = field(default_factory=set)        # serving, then fenced while running: held a round
 
 
 class EventDeriver:
@@ -151,6 +152,8 @@ class EventDeriver:
         moved_on = last is None or hb > last + s.heartbeat_interval_ms // 2
         if not moved_on:
             return self._let_go(r, b, last) if state == "INACTIVE" or leaving else []
+        if self._fenced_while_running(b, state, before):
+            return []
         sent.heartbeat_ms[bid], sent.state[bid] = hb, state
         return [self._heartbeat(r, bid, hb, state, str(hb), b.offset)]
 
@@ -174,6 +177,26 @@ class EventDeriver:
         same_process = b.start_time_ms is None or b.start_time_ms == incarnation_before
         return (self.sent.state.get(b.broker_id) in ("ACTIVE", "STOPPING") and same_process
                 and b.broker_state != BROKER_RUNNING)
+
+    def _fenced_while_running(self, b: BrokerObservation, state: str, before: int | None) -> bool:
+        """A serving broker fenced while it heartbeats and its own page says RUNNING is held back
+        for one round. The pages of a round are read side by side: the broker's own can be read
+        just before its controlled shutdown and the controller's just after it (the likeliest
+        reading of a CI run on Kafka 4.1 where a shutdown never paged). Sent now, the fence would
+        be the controller's fence of a live broker, and a shutdown would never page
+        BrokerNotReturned. The next round sees the process gone (a shutdown) or still running
+        (the controller's fence, sent then)."""
+        held = self.sent.fenced_running
+        if state != "INACTIVE" or b.broker_state != BROKER_RUNNING:
+            held.discard(b.broker_id)
+            return False
+        if b.broker_id in held:
+            return False
+        same_process = b.start_time_ms is None or b.start_time_ms == before
+        if self.sent.state.get(b.broker_id) not in ("ACTIVE", "STOPPING") or not same_process:
+            return False
+        held.add(b.broker_id)
+        return True
 
     def _others(self, r: Round, b: BrokerObservation) -> list[dict]:
         """Another live process claiming the broker's node id (two exporters report it) is what

@@ -353,3 +353,37 @@ def test_a_shutdown_whose_last_heartbeat_was_already_sent_is_still_said_to_be_st
     hb, = kinds(d.derive(rnd(t + 2000, [gone], answers=[])), "broker_heartbeat")
     assert (hb["event_time"], hb["current_state"], hb["want_shutdown"]) == (t - 100, "STOPPING", True)
 
+
+
+def test_incident_a_shutdown_whose_own_page_was_read_before_it_and_the_fence_after_is_not_returned():
+    """A race that explains a CI run on Kafka 4.1 where a shutdown never paged (its logs were not
+    kept): a round reads the broker's own page while it still runs and the controller's page, a
+    moment later, after the whole controlled shutdown: fenced, its last
+    heartbeat fresh, its exporter saying RUNNING. Sent as the controller's fence of a live broker,
+    the job kept it INACTIVE for the controller's reason and never paged. The next round sees the
+    process gone: a shutdown, so BrokerNotReturned."""
+    def shut_down_between_the_pages(t, o):
+        if o.broker_id != 3 or t < at(20):
+            return o
+        last = at(20) - 200  # its last heartbeats (asking to shut down) came after the previous round
+        if t == at(20):
+            return replace(o, registration=REGISTRATION_FENCED, fenced=True, last_heartbeat_ms=last)
+        return BrokerObservation(3, fenced=True, registration=REGISTRATION_FENCED, last_heartbeat_ms=max(last, t - 9000))
+
+    found, _ = alerts_of(rounds(80, shut_down_between_the_pages,
+                                lambda t, o: None if o.start_time_ms is None else answer(o.broker_id)),
+                         80, RuleSettings(not_returned_grace_ms=20000))
+    assert found == [("firing", "BrokerNotReturned", "3")]
+
+
+def test_a_serving_broker_fenced_while_its_process_runs_and_heartbeats_is_inactive_from_the_second_round():
+    """The one round's hold above lasts one round: a broker the controller keeps fenced while its
+    process runs and heartbeats is INACTIVE, as the controller says."""
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t)]))
+    assert kinds(d.derive(rnd(t + 2000, [obs(1, t + 2000, registration=REGISTRATION_FENCED, fenced=True)])),
+                 "broker_heartbeat") == []
+    hb, = kinds(d.derive(rnd(t + 4000, [obs(1, t + 4000, registration=REGISTRATION_FENCED, fenced=True)])),
+                "broker_heartbeat")
+    assert hb["current_state"] == "INACTIVE" and hb["event_time"] == obs(1, t + 4000).last_heartbeat_ms
