@@ -25,6 +25,9 @@ from udfs.offsets import TopicPartition
 
 log = logging.getLogger("epochwatch.kafka_source")
 
+PEEK_MESSAGES = 1000  # per consume call: a fetch can hand over thousands of a partition's records at once
+PEEK_BYTES = 65536
+
 
 def lagging(until: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """The partitions with records at or past the batch's end offset: tp -> first unread offset."""
@@ -74,7 +77,7 @@ class NextEventTimes:
         found: dict[TopicPartition, int] = {}
         deadline = time.monotonic() + self._wait_ms / 1000
         while len(found) < len(offsets) and time.monotonic() < deadline:
-            for message in consumer.consume(len(offsets), 0.2):
+            for message in consumer.consume(PEEK_MESSAGES, 0.2):
                 tp = (message.topic(), message.partition())
                 if message.error() is not None or tp in found or tp not in offsets or message.offset() < offsets[tp]:
                     continue
@@ -83,6 +86,11 @@ class NextEventTimes:
                 stamp = event_time_of(message, self._decoders[message.topic()])
                 if stamp is not None:
                     found[tp] = stamp
+                    # the rest of what was fetched for it is dropped unread, and no more is fetched
+                    consumer.pause([KafkaTopicPartition(*tp)])
+        paused = [KafkaTopicPartition(t, p) for t, p in found]
+        if paused:
+            consumer.resume(paused)   # a pause outlives the assignment: the next batch's peek needs them
         consumer.unassign()   # no fetching in the background between batches
         return found
 
@@ -92,9 +100,16 @@ class NextEventTimes:
 
             from udfs.partition_reader import consumer_settings
 
-            # one record per partition is wanted: no prefetching of megabytes behind it
+            # One record per partition is wanted: no prefetching of megabytes behind it. The whole
+            # fetch is capped too (fetch.max.bytes; message.max.bytes may not exceed it): a broker
+            # may answer past the per-partition cap (Kafka with a whole producer batch, tansu with
+            # the rest of the partition), and a full queue holds every partition's next fetch back
+            # for fetch.queue.backoff.ms, 1 s by default. Seconds of a backlog batch's planning
+            # before (bench/HISTORY.md, session 23).
             self._consumer = Consumer({**consumer_settings(self._client), "fetch.wait.max.ms": 10,
-                                       "max.partition.fetch.bytes": 65536, "queued.max.messages.kbytes": 1024})
+                                       "max.partition.fetch.bytes": PEEK_BYTES, "fetch.max.bytes": PEEK_BYTES,
+                                       "message.max.bytes": PEEK_BYTES, "queued.max.messages.kbytes": 1024,
+                                       "fetch.queue.backoff.ms": 10})
         return self._consumer
 
     def close(self) -> None:
