@@ -354,14 +354,13 @@ def test_a_shutdown_whose_last_heartbeat_was_already_sent_is_still_said_to_be_st
     assert (hb["event_time"], hb["current_state"], hb["want_shutdown"]) == (t - 100, "STOPPING", True)
 
 
-
 def test_incident_a_shutdown_whose_own_page_was_read_before_it_and_the_fence_after_is_not_returned():
     """A race that explains a CI run on Kafka 4.1 where a shutdown never paged (its logs were not
     kept): a round reads the broker's own page while it still runs and the controller's page, a
-    moment later, after the whole controlled shutdown: fenced, its last
-    heartbeat fresh, its exporter saying RUNNING. Sent as the controller's fence of a live broker,
-    the job kept it INACTIVE for the controller's reason and never paged. The next round sees the
-    process gone: a shutdown, so BrokerNotReturned."""
+    moment later, after the whole controlled shutdown: fenced, its last heartbeat fresh, its
+    exporter saying RUNNING. Sent as the controller's fence of a live broker, the job kept it
+    INACTIVE for the controller's reason and never paged. The next round sees the process gone:
+    a shutdown, so BrokerNotReturned."""
     def shut_down_between_the_pages(t, o):
         if o.broker_id != 3 or t < at(20):
             return o
