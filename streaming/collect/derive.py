@@ -174,9 +174,12 @@ class EventDeriver:
         return True
 
     def _leaving(self, b: BrokerObservation, incarnation_before: int | None) -> bool:
+        return self._was_serving(b, incarnation_before) and b.broker_state != BROKER_RUNNING
+
+    def _was_serving(self, b: BrokerObservation, incarnation_before: int | None) -> bool:
+        """Last sent as serving (ACTIVE or STOPPING), and still the same process."""
         same_process = b.start_time_ms is None or b.start_time_ms == incarnation_before
-        return (self.sent.state.get(b.broker_id) in ("ACTIVE", "STOPPING") and same_process
-                and b.broker_state != BROKER_RUNNING)
+        return self.sent.state.get(b.broker_id) in ("ACTIVE", "STOPPING") and same_process
 
     def _fenced_while_running(self, b: BrokerObservation, state: str, before: int | None) -> bool:
         """A serving broker fenced while it heartbeats and its own page says RUNNING is held back
@@ -190,10 +193,7 @@ class EventDeriver:
         if state != "INACTIVE" or b.broker_state != BROKER_RUNNING:
             held.discard(b.broker_id)
             return False
-        if b.broker_id in held:
-            return False
-        same_process = b.start_time_ms is None or b.start_time_ms == before
-        if self.sent.state.get(b.broker_id) not in ("ACTIVE", "STOPPING") or not same_process:
+        if b.broker_id in held or not self._was_serving(b, before):
             return False
         held.add(b.broker_id)
         return True
