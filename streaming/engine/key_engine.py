@@ -95,6 +95,7 @@ class KeyEngine:
             ready = self.table.without_runs(ready, floor)
         deadline = self._deadline(floor)
         late_changes = False  # late events changed state: evaluate once at `floor`, after the run
+        expiry = self.settings.entity_expiry_ms
         for ev in ready:
             t = ev["event_time"]
             if late_changes and t >= floor:
@@ -131,7 +132,7 @@ class KeyEngine:
                 continue
             introduced = self.table.apply(ev)
             # the entity just heard from is forgotten at t + expiry unless heard from again
-            for due in (introduced, t + self.settings.entity_expiry_ms):
+            for due in (introduced, t + expiry):
                 if due is not None and due > t and (deadline is None or due < deadline):
                     deadline = due
             if self.table.dirty:

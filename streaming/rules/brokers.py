@@ -32,6 +32,7 @@ from streaming.rules.validity import jumps
 REGRESSION_ERRORS = frozenset({events.INVALID_INCARNATION_ID, events.STALE_BROKER_EPOCH,
                                events.DUPLICATE_BROKER_REGISTRATION})
 _SERVING = ("ACTIVE", "STOPPING")
+_FLEET_EVENTS = frozenset({"broker_heartbeat", "metadata_update", "metadata_response"})
 
 
 @dataclass
@@ -104,9 +105,9 @@ class BrokerFleet(RulesTable):
 
     def over_capacity(self, ev: dict) -> str | None:
         """Why an event for a broker new to a full fleet is refused (rules.state.max.brokers.per.cluster)."""
-        if ev["event_type"] not in ("broker_heartbeat", "metadata_update", "metadata_response") \
-                or ev.get("broker_id") is None or ev["broker_id"] < 0:
-            return None
+        broker_id = ev.get("broker_id")
+        if broker_id in self.brokers or broker_id is None or broker_id < 0 or ev["event_type"] not in _FLEET_EVENTS:
+            return None  # a broker the fleet holds first: the answer for nearly every event
         return over_capacity(self.brokers, ev["broker_id"], self.settings.max_brokers, "broker",
                              "state.max.brokers.per.cluster")
 
