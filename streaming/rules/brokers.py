@@ -108,7 +108,7 @@ class BrokerFleet(RulesTable):
         broker_id = ev.get("broker_id")
         if broker_id in self.brokers or broker_id is None or broker_id < 0 or ev["event_type"] not in _FLEET_EVENTS:
             return None  # a broker the fleet holds first: the answer for nearly every event
-        return over_capacity(self.brokers, ev["broker_id"], self.settings.max_brokers, "broker",
+        return over_capacity(self.brokers, broker_id, self.settings.max_brokers, "broker",
                              "state.max.brokers.per.cluster")
 
     def broker(self, broker_id: int) -> BrokerRecord:

@@ -58,7 +58,7 @@ _NOT_PACKED = frozenset({"kind", "shard", "event_time", "event_ms"})
 # input rows gathered before packing: fewer, fuller packs per key. A backlog's read task holds a
 # micro-batch's share of one partition (125,000 records of 1,000,000 over 8 partitions): packed
 # at once, its per-pack costs here and in the stateful stage are paid once, not twice (figures:
-# bench/RESULTS.md, Sub-second alerts)
+# bench/HISTORY.md, Live latency and silence, session 24)
 PACK_ROWS = 250_000
 
 
