@@ -69,11 +69,13 @@ _EVERY_KIND = tuple(c for c in CHECKS if c.kinds is None)
 CHECKS_OF = {kind: tuple(c for c in CHECKS if c.kinds is None or kind in c.kinds) for kind in INPUT_EVENT_TYPES}
 
 
-# per kind, every check's floors and names in one flat pair: what runs for every event
-_FLAT_OF = {kind: (tuple(floor for c in checks for floor in c.at_least), tuple(n for c in checks for n in c.named))
-            for kind, checks in CHECKS_OF.items()}
-_FLAT_EVERY_KIND = (tuple(floor for c in _EVERY_KIND for floor in c.at_least),
-                    tuple(n for c in _EVERY_KIND for n in c.named))
+def _flat(checks: tuple[Check, ...]) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
+    """Every check's floors and names in one flat pair: what runs for every event."""
+    return tuple(floor for c in checks for floor in c.at_least), tuple(n for c in checks for n in c.named)
+
+
+_FLAT_OF = {kind: _flat(checks) for kind, checks in CHECKS_OF.items()}
+_FLAT_EVERY_KIND = _flat(_EVERY_KIND)
 
 
 def invalid_reason(ev: dict) -> str | None:
