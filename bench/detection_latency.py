@@ -39,6 +39,9 @@ def main(argv=None) -> int:
                     help="spark.epochwatch.engineHosts (false: state keys stepped in Spark's Python workers)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a configuration override, as `epochwatch run --set` takes (e.g. rules.state.client.shards=8)")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark conf of the job's session, as spark-submit's --conf "
+                         "(e.g. spark.sql.shuffle.partitions=1)")
     args = ap.parse_args(argv)
 
     from streaming import config
@@ -78,7 +81,8 @@ def main(argv=None) -> int:
         settings = dataclasses.replace(settings, checkpoint_location=checkpoint, trigger_interval=args.trigger)
         create_topics(broker.bootstrap_servers, {settings.kafka.events_topic: 8})
         spark = build_session("latency", conf={"spark.sql.streaming.numRecentProgressUpdates": "100000",
-                                               ENGINE_HOSTS_CONF: args.engine_hosts})
+                                               ENGINE_HOSTS_CONF: args.engine_hosts,
+                                               **parse_overrides(args.conf)})
         writer = KafkaEventWriter(broker.bootstrap_servers, settings.kafka.events_topic, progress=None)
         # metadata.max.age.ms chosen so the fleet's own event rate is close to --rate
         fleet = steady_state(shape=ClusterShape(cluster_id="fleet", brokers=1000, clients=100_000, groups=2000),
@@ -153,7 +157,7 @@ def main(argv=None) -> int:
 
     print(f"\ntarget {args.rate:,} events/s, trigger '{args.trigger}', 1,000 brokers / 100,000 clients, "
           f"engine hosts {args.engine_hosts}, client shards {settings.rules.client_shards}"
-          + "".join(f", {s}" for s in args.set))
+          + "".join(f", {s}" for s in [*args.set, *args.conf]))
     for phase, first, last in ((f"first {args.warmup} s after the start", 0, steady_from),
                                (f"steady, next {args.seconds} s", steady_from, float("inf"))):
         report(phase, {b: t for b, t in injected.items() if first <= t < last}, emitted,
