@@ -218,9 +218,9 @@ cmd=("${submit:-spark-submit}" --master "$master" --deploy-mode "$deploy_mode" -
   --conf "spark.sql.execution.arrow.pyspark.enabled=true"
   # Python workers import the installed pyspark, not Spark's pyspark.zip (udfs/worker_daemon.py)
   --conf "spark.python.daemon.module=udfs.worker_daemon"
-  # the JIT's quick compiler only (streaming/spark/session.py: JIT_OPTIONS, docs/operations.md)
-  --conf "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
-  --conf "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1")
+  # the JIT's quick compiler only, and room for its code (streaming/spark/session.py: JIT_OPTIONS, docs/operations.md)
+  --conf "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=128m"
+  --conf "spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=128m")
 
 if [ "$kind" = local ]; then
   # one machine: keep the driver (and its UI) on loopback, as `epochwatch run` does by itself

@@ -17,7 +17,7 @@ from streaming.spark.home import use_zipless_home
 LOCAL_TASK_ATTEMPTS = 4
 DEFAULT_MASTER = f"local[2,{LOCAL_TASK_ATTEMPTS}]"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=128m"
 
 DEFAULTS = {
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
@@ -37,7 +37,8 @@ DEFAULTS = {
     # The JIT's quick compiler only: the optimising one keeps part of a core busy for the first
     # minute and more after every start, and the JVM's share of this job is small (the rules run
     # in Python): faster on catch-up and live (figures: bench/RESULTS.md, Head to head and Live
-    # detection latency).
+    # detection latency). Its code cache is then 48 MB, which a live driver fills within 2-3
+    # minutes; when full the JVM stops compiling (docs/operations.md, JVM).
     "spark.driver.extraJavaOptions": JIT_OPTIONS,
     "spark.executor.extraJavaOptions": JIT_OPTIONS,
 }

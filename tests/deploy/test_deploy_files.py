@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -485,7 +486,7 @@ def test_submit_help_documents_every_option():
 def test_submit_builds_the_spark_submit_command():
     result = submit("--dry-run", *YARN, "--archive", str(DRIVER_FILE), "--", "--set", "kafka.maxOffsetsPerTrigger=1000")
     assert result.returncode == 0, result.stderr
-    words = result.stdout.split()
+    words = shlex.split(result.stdout)  # the script prints the command shell-quoted (printf %q)
     confs = {words[i + 1].split("=", 1)[0]: words[i + 1].split("=", 1)[1] for i, w in enumerate(words) if w == "--conf"}
     assert confs["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert confs["spark.sql.shuffle.partitions"] == "4"  # 2 executors x 2 cores
@@ -503,7 +504,7 @@ def test_submit_builds_the_spark_submit_command():
 def test_submit_keeps_a_local_driver_on_loopback():
     result = submit("--dry-run", "--master", "local[2]", "--config", CONFIG, "--checkpoint", "/tmp/ckpt")
     assert result.returncode == 0, result.stderr
-    words = result.stdout.split()
+    words = shlex.split(result.stdout)
     assert {"spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1", "spark.ui.enabled=false"} <= set(words)
     assert "--executor-memory" not in words  # executors run inside the driver
 
@@ -511,7 +512,7 @@ def test_submit_keeps_a_local_driver_on_loopback():
 def test_submit_ships_the_config_in_yarn_cluster_mode():
     result = submit("--dry-run", *YARN, "--deploy-mode", "cluster")
     assert result.returncode == 0, result.stderr
-    words = result.stdout.split()
+    words = shlex.split(result.stdout)
     assert words[words.index("--files") + 1] == CONFIG
     assert words[words.index("--config") + 1] == "epochwatch.yaml"
     assert "spark.pyspark.driver.python=python3" not in words  # the driver runs in the cluster
@@ -545,7 +546,7 @@ def test_submit_reads_the_environment_and_accepts_mounted_paths():
            "EPOCHWATCH_IMAGE": "registry/epochwatch:1"}
     result = submit("--dry-run", "--checkpoint-on-shared-mount", env=env)
     assert result.returncode == 0, result.stderr
-    words = result.stdout.split()
+    words = shlex.split(result.stdout)
     assert "spark.kubernetes.container.image=registry/epochwatch:1" in words
     main = manifest()["SparkApplication"]["spec"]["mainApplicationFile"]
     assert words[words.index(main):] == [main, "--config", "/etc/epochwatch/epochwatch.yaml",
