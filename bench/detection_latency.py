@@ -5,10 +5,11 @@ and measure wall-clock time from producing it to the BrokerIncarnationRegression
 the job's sinks. Processing-time mode, as `epochwatch run` runs.
 
 Silence, which only the job's timers can see: in the steady period a broker of the fleet stops
-heartbeating every 15 s (its other events go on), and a second, small cluster goes quiet
-altogether half-way through. Reported: how long after it was due each BrokerHeartbeatTimeout
-(last heartbeat + controller.heartbeat.timeout.ms + heartbeat.timeout.pending.ms) and the
-ClusterSilent (last heartbeat + controller.heartbeat.timeout.ms) reached the sinks.
+heartbeating every 15 s (its other events go on), and four small clusters of three brokers beside
+it go quiet altogether, one after the other (at 1/5, 2/5, 3/5 and 4/5 of the period). Reported: how
+long after it was due each BrokerHeartbeatTimeout (last heartbeat + controller.heartbeat.timeout.ms
++ heartbeat.timeout.pending.ms) and each ClusterSilent (last heartbeat +
+controller.heartbeat.timeout.ms) reached the sinks.
 
 Reported in two parts: the first ``--warmup`` seconds after the job's first batches (the JVM is
 still compiling Spark's code then: JIT threads took ~40% of a core 30-50 s after the start, ~13%
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
     from streaming.tools.simulate.writers import KafkaEventWriter
 
     emitted: dict[str, float] = {}
-    silence_seen: dict[str, float] = {}  # "broker-<id>" / "cluster" -> when its alert reached the sinks
+    silence_seen: dict[str, float] = {}  # "broker-<id>" / a quiet cluster's id -> when its alert reached the sinks
     batches: list[float] = []
 
     class LatencySink:
@@ -68,8 +69,8 @@ def main(argv=None) -> int:
                 elif (a["alertname"] == "BrokerHeartbeatTimeout" and a["status"] == "firing"
                       and a["cluster_id"] == "fleet"):
                     silence_seen.setdefault(f"broker-{a['labels']['broker_id']}", now)
-                elif a["alertname"] == "ClusterSilent" and a["status"] == "firing" and a["cluster_id"] == QUIET:
-                    silence_seen.setdefault("cluster", now)
+                elif a["alertname"] == "ClusterSilent" and a["status"] == "firing" and a["cluster_id"] in QUIET:
+                    silence_seen.setdefault(a["cluster_id"], now)
 
         def close(self):
             pass
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
                              settings=config.RuleSettings(metadata_max_age_ms=max(1000, int(100_000 / max(1, args.rate - 2000) * 1000))),
                              duration_ms=24 * 3600 * 1000)
         injected: dict[str, float] = {}
-        # "broker-<id>" / "cluster" -> wall time of the last heartbeat sent before it went quiet
+        # "broker-<id>" / a quiet cluster's id -> wall time of the last heartbeat sent before it went quiet
         last_heartbeat: dict[str, float] = {}
         silenced: set[int] = set()
         stop = threading.Event()
@@ -100,8 +101,10 @@ def main(argv=None) -> int:
             tick, sent, started = 0.05, 0, time.time()
             victims = itertools.count(1)
             quiet_victims = itertools.count(SILENT_BROKERS_FROM)
-            next_zombie = next_silence = cluster_quiet_at = None
-            next_quiet_beat = 0.0
+            next_zombie = next_silence = None
+            quiet_at: dict[str, float] = {}
+            # the small clusters beat out of step, every 2 s each
+            next_quiet_beat = {cluster: started + i * 2.0 / len(QUIET) for i, cluster in enumerate(QUIET)}
             while not stop.is_set():
                 due = int((time.time() - started) * args.rate) - sent
                 now_ms = int(time.time() * 1000)
@@ -112,14 +115,16 @@ def main(argv=None) -> int:
                         last_heartbeat[f"broker-{ev['broker_id']}"] = time.time()
                 if steady.is_set():
                     next_silence = next_silence or time.time()
-                    cluster_quiet_at = cluster_quiet_at or time.time() + args.seconds / 2
+                    quiet_at = quiet_at or {cluster: time.time() + (i + 1) * args.seconds / (len(QUIET) + 1)
+                                            for i, cluster in enumerate(QUIET)}
                     if time.time() >= next_silence:
                         silenced.add(next(quiet_victims))
                         next_silence += SILENCE_EVERY_S
-                if (cluster_quiet_at is None or time.time() < cluster_quiet_at) and time.time() >= next_quiet_beat:
-                    batch += quiet_cluster_heartbeats(now_ms)
-                    last_heartbeat["cluster"] = time.time()
-                    next_quiet_beat = time.time() + 2.0
+                for cluster in QUIET:
+                    if time.time() < quiet_at.get(cluster, float("inf")) and time.time() >= next_quiet_beat[cluster]:
+                        batch += quiet_cluster_heartbeats(cluster, now_ms)
+                        last_heartbeat[cluster] = time.time()
+                        next_quiet_beat[cluster] += 2.0
                 if warm.is_set():
                     next_zombie = next_zombie or time.time()
                     if time.time() >= next_zombie:
@@ -165,20 +170,20 @@ def main(argv=None) -> int:
     rules = settings.rules
     broker_due = {k: t + (rules.controller_heartbeat_timeout_ms + rules.heartbeat_timeout_pending_ms) / 1000
                   for k, t in last_heartbeat.items() if k.startswith("broker-") and int(k[7:]) in silenced}
-    cluster_due = {"cluster": last_heartbeat["cluster"] + rules.controller_heartbeat_timeout_ms / 1000}
+    cluster_due = {k: last_heartbeat[k] + rules.controller_heartbeat_timeout_ms / 1000 for k in QUIET}
     report_silence("brokers silenced (BrokerHeartbeatTimeout after timeout + pending)", broker_due, silence_seen)
-    report_silence(f"the small cluster {QUIET!r} gone quiet (ClusterSilent after timeout)", cluster_due, silence_seen)
+    report_silence("small clusters gone quiet (ClusterSilent after timeout)", cluster_due, silence_seen)
     return 0
 
 
-QUIET = "quiet"                # the small cluster that goes quiet altogether
+QUIET = ("quiet-1", "quiet-2", "quiet-3", "quiet-4")  # small clusters that go quiet altogether
 SILENT_BROKERS_FROM = 901      # the fleet's brokers silenced one by one, from this id
 SILENCE_EVERY_S = 15.0
 
 
-def quiet_cluster_heartbeats(now_ms: int) -> list[dict]:
-    """One round of heartbeats of the small cluster's three brokers (every 2 s, as Kafka's default)."""
-    return [{"event_type": "broker_heartbeat", "event_id": f"{QUIET}-{b}-{now_ms}", "cluster_id": QUIET,
+def quiet_cluster_heartbeats(cluster: str, now_ms: int) -> list[dict]:
+    """One round of heartbeats of a small cluster's three brokers (every 2 s, as Kafka's default)."""
+    return [{"event_type": "broker_heartbeat", "event_id": f"{cluster}-{b}-{now_ms}", "cluster_id": cluster,
              "event_time": now_ms, "controller_id": 3000, "controller_epoch": 1, "broker_id": b, "incarnation_id": 1,
              "target_state": "ACTIVE"} for b in (1, 2, 3)]
 
