@@ -183,13 +183,15 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
     kind = request.kind
     _, offset, _, _ = request.meta or NO_META
     table = read_packs(*request.packs)
-    newest = None
+    newest = sent_lag = None
     if table is not None:
         # Only events past the key's horizon say how far its events trail the clock: one from
         # years ago (forged, or a stray late record) would push the key's timers years out, and
         # a cluster going silent after it would never be noticed.
         times = table.column("event_time")
-        newest = pc.max(pc.filter(times, pc.greater(times, engine.horizon))).as_py()
+        fresh = pc.greater(times, engine.horizon)
+        newest = pc.max(pc.filter(times, fresh)).as_py()
+        sent_lag = _sent_lag_ms(table, fresh)
         if newest is not None and request.clock_ms is not None:
             # the clock stops at a partition of the events topic that is behind (udfs.read_progress):
             # this key's events read from the others must not carry its horizon past that partition
@@ -205,6 +207,11 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
             # Not capped: after an input outage the backlog trails the clock by the outage,
             # and a horizon at "now" would time out every broker heard from in it.
             offset = max(now - newest, 0)
+            if sent_lag is not None and request.clock_ms is not None:
+                # A key that sends little (a small cluster among big ones) has its newest event
+                # older than the packs' clock because it sent nothing newer, not because its
+                # events trail: what trails is the read (now - clock) and its own sending.
+                offset = min(offset, max(now - request.clock_ms, 0) + sent_lag)
         horizon = now - offset
         if request.clock_ms is not None:
             # the packs' clock, or for a key only its timer steps the clock held at a partition
@@ -266,6 +273,18 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         table=write)
     engines.keep(request.cache_key, generation, engine, Stored(alerts, waiting, row_values, logged))
     return out
+
+
+def _sent_lag_ms(table: pa.Table, fresh: pa.ChunkedArray) -> int | None:
+    """How long the key's events past its horizon took from their event time to the events
+    topic (Kafka timestamp - event time), the longest of them, at least 0. None without Kafka
+    timestamps (events not read from Kafka) or without such events."""
+    if "kafka_timestamp" not in table.column_names:
+        return None
+    stamps = table.column("kafka_timestamp")
+    sent = pc.and_(fresh, pc.greater(stamps, 0))  # a record without a timestamp says nothing
+    longest = pc.max(pc.subtract(pc.filter(stamps, sent), pc.filter(table.column("event_time"), sent))).as_py()
+    return None if longest is None else max(longest, 0)
 
 
 def _has_reset(table: pa.Table | None) -> bool:

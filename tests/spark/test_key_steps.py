@@ -5,6 +5,7 @@ the engine rebuilt from what the previous step stored give the same result, so k
 from __future__ import annotations
 
 import pickle
+from datetime import datetime, timezone
 
 import pytest
 
@@ -134,3 +135,28 @@ def test_a_late_event_from_years_ago_does_not_push_a_live_keys_timer_out():
     forged["cluster_id"] = "c1"
     second = live(packed([forged], key), first.meta, now + 500)
     assert second.timer_ms == first.timer_ms, "the key still wakes when broker 1's timeout is due"
+
+
+def test_a_key_that_sends_little_wakes_when_its_timeout_is_due_not_a_batch_later():
+    """Why (issue 26): in processing time a key's timers wait for how far its events trail the
+    clock. A small cluster beside big ones sent its last heartbeat 800 ms before the batch that
+    read it started: its events do not trail by 800 ms, it sent nothing newer. What trails is the
+    read (the packs' clock, the newest event of the batch, 20 ms before its start) and its own
+    sending (Kafka timestamp - event time, 5 ms). A key whose events do trail keeps its offset."""
+    rules = RuleSettings()
+    key = ("small", "brokers", 0)
+    now = 1_795_000_000_000
+    timeout = rules.controller_heartbeat_timeout_ms
+
+    def live(event_ms, sent_ms, clock_ms):
+        beat = {**hb(event_ms, 1), "cluster_id": "small",
+                "kafka_timestamp": datetime.fromtimestamp(sent_ms / 1000, timezone.utc)}
+        req = StepRequest(rules, *key, tuple(packed([beat], key)), None, False, 0, now, clock_ms, query="q")
+        steps = KeySteps()
+        return steps.step(req) or steps.step(req, empty_state(key[1]))
+
+    assert live(now - 800, now - 795, now - 20).timer_ms == now - 800 + timeout + 25
+    # sent 3 s late (its collector is behind): the timer waits those 3 s, as before
+    assert live(now - 3_000, now - 10, now - 20).timer_ms == now - 3_000 + timeout + 3_000
+    # read with nothing newer (no busy cluster in its packs): the clock is its own newest event
+    assert live(now - 800, now - 795, now - 800).timer_ms == now - 800 + timeout + 800
