@@ -135,8 +135,9 @@ class Collector:
 
     def run_round(self) -> tuple[list[dict], RoundReport]:
         # The round's events are stamped with its start: what the probes and scrapes saw is at
-        # least that recent, and the job's processing-time horizon trails the newest event of a
-        # key, so stamping the end would make the heartbeats (up to an interval old) look late.
+        # least that recent, and the job's processing-time horizon trails a key's newest events by
+        # how late they arrived (streaming.spark.key_steps), so stamping the end would make the
+        # heartbeats (up to an interval old) look late.
         started, started_ms = time.monotonic(), self._now_ms()
         c = self.settings.collect
         urls = c.urls()

@@ -13,10 +13,12 @@ the key's packs came in minus the allowed lateness (as the single-process detect
 watermark Spark hands the operator if that is later (timers, quiet keys). Events within the
 lateness wait in the key's buffer; older ones still arrive (packs are never dropped as late): the
 engine applies them late and reports how many. In ProcessingTime mode (the live job) the horizon
-is wall-clock time minus how far this key's newest events trailed the clock when they arrived, so
-a cluster that goes silent is still noticed by a timer, and a backlog after an input outage (the
-source's broker was unreachable, the job was down) is applied at its own pace instead of being
-overtaken by the clock. In both modes the packs' clock stops at the first unread event of a
+is wall-clock time minus how far this key's events trail the clock: how far its newest events
+trailed it when they arrived, or if less, how far the batch's read trails it (the packs' clock)
+plus how long the key's events took to reach the events topic (their Kafka timestamps), as a key
+that sends little has an old newest event without being behind. So a cluster that goes silent is
+still noticed by a timer, and a backlog after an input outage (the source's broker was
+unreachable, the job was down) is applied at its own pace instead of being overtaken by the clock. In both modes the packs' clock stops at the first unread event of a
 partition of the events topic that is behind (udfs.read_progress), so no horizon passes events
 that wait unread there; in processing time a key only its timer steps learns that clock from the
 batch's hold rows (streaming.spark.hold_keys).
