@@ -18,10 +18,11 @@ trailed it when they arrived, or if less, how far the batch's read trails it (th
 plus how long the key's events took to reach the events topic (their Kafka timestamps), as a key
 that sends little has an old newest event without being behind. So a cluster that goes silent is
 still noticed by a timer, and a backlog after an input outage (the source's broker was
-unreachable, the job was down) is applied at its own pace instead of being overtaken by the clock. In both modes the packs' clock stops at the first unread event of a
-partition of the events topic that is behind (udfs.read_progress), so no horizon passes events
-that wait unread there; in processing time a key only its timer steps learns that clock from the
-batch's hold rows (streaming.spark.hold_keys).
+unreachable, the job was down) is applied at its own pace instead of being overtaken by the
+clock. In both modes the packs' clock stops at the first unread event of a partition of the
+events topic that is behind (udfs.read_progress), so no horizon passes events that wait unread
+there; in processing time a key only its timer steps learns that clock from the batch's hold
+rows (streaming.spark.hold_keys).
 """
 
 from __future__ import annotations
