@@ -136,18 +136,30 @@ class TopicTail:
 
         self.topic = topic
         self.records: list[tuple[str, dict]] = []   # (key, decoded alert record)
+        self._written_ms: dict[int, int] = {}        # id(record) -> its Kafka timestamp
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"faults-tail-{time.time_ns()}",
                                    "enable.auto.commit": False, "enable.partition.eof": False})
         meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
 
     def poll(self, wait_s: float = 0.2) -> list[tuple[str, dict]]:
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
         from udfs import avro_codec
 
         for msg in self._consumer.consume(1000, timeout=wait_s):
             if msg.error() is None:
-                self.records.append((msg.key().decode(), avro_codec.decode(msg.value())))
+                record = avro_codec.decode(msg.value())
+                self.records.append((msg.key().decode(), record))
+                kind, stamp = msg.timestamp()
+                if kind != TIMESTAMP_NOT_AVAILABLE:
+                    self._written_ms[id(record)] = stamp
         return self.records
+
+    def written_ms(self, record: dict) -> int | None:
+        """When ``record`` (one of ``records``) was produced: its Kafka timestamp, which the job's
+        producer sets as it sends the record (None if the record has none)."""
+        return self._written_ms.get(id(record))
 
     def event_ids(self, wait_s: float = 0.2) -> set[str]:
         return {r["event_id"] for _, r in self.poll(wait_s)}
