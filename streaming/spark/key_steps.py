@@ -183,7 +183,7 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
     kind = request.kind
     _, offset, _, _ = request.meta or NO_META
     table = read_packs(*request.packs)
-    newest = sent_lag = None
+    newest = None
     if table is not None:
         # Only events past the key's horizon say how far its events trail the clock: one from
         # years ago (forged, or a stray late record) would push the key's timers years out, and
@@ -191,7 +191,6 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         times = table.column("event_time")
         fresh = pc.greater(times, engine.horizon)
         newest = pc.max(pc.filter(times, fresh)).as_py()
-        sent_lag = _sent_lag_ms(table, fresh)
         if newest is not None and request.clock_ms is not None:
             # the clock stops at a partition of the events topic that is behind (udfs.read_progress):
             # this key's events read from the others must not carry its horizon past that partition
@@ -207,7 +206,8 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
             # Not capped: after an input outage the backlog trails the clock by the outage,
             # and a horizon at "now" would time out every broker heard from in it.
             offset = max(now - newest, 0)
-            if sent_lag is not None and request.clock_ms is not None:
+            sent_lag = None if request.clock_ms is None else _sent_lag_ms(table, fresh)
+            if sent_lag is not None:
                 # A key that sends little (a small cluster among big ones) has its newest event
                 # older than the packs' clock because it sent nothing newer, not because its
                 # events trail: what trails is the read (now - clock) and its own sending.
