@@ -11,6 +11,7 @@ from streaming.spark.cluster_gate import ClusterRegistry
 from streaming.spark.kafka_input import kafka_packs
 from streaming.spark.listeners import ClusterRegistryListener, cluster_registry_path
 from streaming.spark.pipeline import PROCESSING_TIME, detect, detect_packs
+from streaming.spark.session import use_checkpoint
 
 
 # Spark 4.3's error conditions for state that does not match what the query declares
@@ -45,6 +46,7 @@ def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time
         ClusterRegistryListener.of(spark).registries[query_name] = registry
         packs = kafka_packs(spark, settings, time_mode=time_mode, cluster_registry=registry.path)
         output = detect_packs(packs, settings.rules, time_mode)
+    use_checkpoint(spark, settings.checkpoint_location)
     writer = (output.writeStream
               .foreachBatch(sinks if isinstance(sinks, Dispatcher) else Dispatcher(list(sinks)))
               .option("checkpointLocation", settings.checkpoint_location)

@@ -26,6 +26,7 @@ from streaming.config import Settings
 from streaming.sinks.base import Dispatcher, Sink
 from streaming.spark.pipeline import EVENT_TIME, detect
 from streaming.spark.refusals import Refusals
+from streaming.spark.session import use_checkpoint
 from udfs.event_columns import arrow_schema, spark_schema
 
 _TIMESTAMP_COLUMNS = ("event_time", "kafka_timestamp")
@@ -129,6 +130,7 @@ def run_staged(spark, settings: Settings, staged: Path, sinks: list[Sink], check
     """The detection query over staged chunks (EventTime, availableNow); returns the finished query."""
     stream = spark.readStream.schema(spark_schema(True)).option("maxFilesPerTrigger", FILES_PER_CHUNK).parquet(str(staged))
     dispatcher = Dispatcher(sinks)
+    use_checkpoint(spark, checkpoint)
     query = (detect(stream, settings.rules, EVENT_TIME, api=api).writeStream
              .foreachBatch(dispatcher)
              .option("checkpointLocation", checkpoint)

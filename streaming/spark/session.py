@@ -97,6 +97,41 @@ def local_cores(master: str) -> int | None:
     return int(match[1] or 1)
 
 
+# Hadoop's local file system shells out where its native library is missing (pip's pyspark ships
+# none): the default checkpoint file manager (FileContext) runs `readlink` as a process twice for
+# every rename of a checkpoint file, ~18 processes a micro-batch, most of the offset and commit log
+# writes' ~35 ms each and of the state commit's. The FileSystem-based manager renames with a plain
+# rename(2), atomic on a local disk; on HDFS or an object store its rename would not overwrite, so
+# it is only used for a checkpoint on the local file system (figures: bench/RESULTS.md, Live
+# latency and silence).
+CHECKPOINT_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+LOCAL_CHECKPOINT_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+_SET_BY_US = "spark.epochwatch.localCheckpointManager"
+
+
+def use_checkpoint(spark, location: str) -> None:
+    """Before a query starts on ``location``: the local checkpoint file manager if that is on the
+    local file system and the user chose no manager; taken back for a checkpoint elsewhere."""
+    local = checkpoint_file_system(spark, location) == "file"
+    if local and spark.conf.get(CHECKPOINT_MANAGER_KEY, None) is None:
+        spark.conf.set(CHECKPOINT_MANAGER_KEY, LOCAL_CHECKPOINT_MANAGER)
+        spark.conf.set(_SET_BY_US, "true")
+    elif not local and spark.conf.get(_SET_BY_US, None) == "true":
+        spark.conf.unset(CHECKPOINT_MANAGER_KEY)
+        spark.conf.unset(_SET_BY_US)
+
+
+def checkpoint_file_system(spark, location: str) -> str | None:
+    """The scheme of the Hadoop file system ``location`` resolves to (a path without one goes to
+    ``fs.defaultFS``), or None if Hadoop has none for it."""
+    jvm = spark.sparkContext._jvm
+    try:
+        path = jvm.org.apache.hadoop.fs.Path(location)
+        return str(path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).getScheme())
+    except Exception:  # no file system for the scheme here: the query's start says so itself
+        return None
+
+
 def register_data_sources(spark) -> None:
     """Register the Kafka Python data sources (udfs.kafka_source / udfs.kafka_sink) if present."""
     try:
