@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import multiprocessing
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 
@@ -52,8 +52,6 @@ def main(argv=None) -> int:
     from streaming.spark.pipeline import ENGINE_HOSTS_CONF, PROCESSING_TIME
     from streaming.spark.session import build_session
     from streaming.tools.embedded import EmbeddedBroker, create_topics
-    from streaming.tools.simulate import ClusterShape, steady_state
-    from streaming.tools.simulate.writers import KafkaEventWriter
 
     emitted: dict[str, float] = {}
     silence_seen: dict[str, float] = {}  # "broker-<id>" / a quiet cluster's id -> when its alert reached the sinks
@@ -84,65 +82,17 @@ def main(argv=None) -> int:
         spark = build_session("latency", conf={"spark.sql.streaming.numRecentProgressUpdates": "100000",
                                                ENGINE_HOSTS_CONF: args.engine_hosts,
                                                **parse_overrides(args.conf)})
-        writer = KafkaEventWriter(broker.bootstrap_servers, settings.kafka.events_topic, progress=None)
-        # metadata.max.age.ms chosen so the fleet's own event rate is close to --rate
-        fleet = steady_state(shape=ClusterShape(cluster_id="fleet", brokers=1000, clients=100_000, groups=2000),
-                             settings=config.RuleSettings(metadata_max_age_ms=max(1000, int(100_000 / max(1, args.rate - 2000) * 1000))),
-                             duration_ms=24 * 3600 * 1000)
-        injected: dict[str, float] = {}
-        # "broker-<id>" / a quiet cluster's id -> wall time of the last heartbeat sent before it went quiet
-        last_heartbeat: dict[str, float] = {}
-        silenced: set[int] = set()
-        stop = threading.Event()
-        warm = threading.Event()
-        steady = threading.Event()
-
-        def produce():
-            tick, sent, started = 0.05, 0, time.time()
-            victims = itertools.count(1)
-            quiet_victims = itertools.count(SILENT_BROKERS_FROM)
-            next_zombie = next_silence = None
-            quiet_at: dict[str, float] = {}
-            # the small clusters beat out of step, every 2 s each
-            next_quiet_beat = {cluster: started + i * 2.0 / len(QUIET) for i, cluster in enumerate(QUIET)}
-            while not stop.is_set():
-                due = int((time.time() - started) * args.rate) - sent
-                now_ms = int(time.time() * 1000)
-                batch = [dict(ev, event_time=now_ms) for ev in itertools.islice(fleet, max(0, due))
-                         if not (ev["event_type"] == "broker_heartbeat" and ev["broker_id"] in silenced)]
-                for ev in batch:
-                    if ev["event_type"] == "broker_heartbeat" and ev["broker_id"] >= SILENT_BROKERS_FROM:
-                        last_heartbeat[f"broker-{ev['broker_id']}"] = time.time()
-                if steady.is_set():
-                    next_silence = next_silence or time.time()
-                    quiet_at = quiet_at or {cluster: time.time() + (i + 1) * args.seconds / (len(QUIET) + 1)
-                                            for i, cluster in enumerate(QUIET)}
-                    if time.time() >= next_silence:
-                        silenced.add(next(quiet_victims))
-                        next_silence += SILENCE_EVERY_S
-                for cluster in QUIET:
-                    if time.time() < quiet_at.get(cluster, float("inf")) and time.time() >= next_quiet_beat[cluster]:
-                        batch += quiet_cluster_heartbeats(cluster, now_ms)
-                        last_heartbeat[cluster] = time.time()
-                        next_quiet_beat[cluster] += 2.0
-                if warm.is_set():
-                    next_zombie = next_zombie or time.time()
-                    if time.time() >= next_zombie:
-                        victim = next(victims)
-                        batch.append({"event_type": "broker_heartbeat", "event_id": f"zombie-{victim}",
-                                      "cluster_id": "fleet", "event_time": now_ms, "controller_id": 3000,
-                                      "controller_epoch": 1, "broker_id": victim, "incarnation_id": 0,
-                                      "target_state": "ACTIVE", "error_code": 77})
-                        injected[str(victim)] = time.time()
-                        next_zombie += 1.0
-                if batch:
-                    writer.write(batch)
-                    sent += len(batch)
-                stop.wait(tick)
-
+        # The load is produced by a process of its own: in the job's process its Python (~half a
+        # core at 10,000 events/s) would hold the GIL the driver's sink and progress callbacks
+        # need, which a job's driver never shares with its producers.
+        spawn = multiprocessing.get_context("spawn")
+        stop, warm, steady = spawn.Event(), spawn.Event(), spawn.Event()
+        results = spawn.Queue()
+        producer = spawn.Process(target=produce, daemon=True,
+                                 args=(broker.bootstrap_servers, settings.kafka.events_topic, args.rate, args.seconds,
+                                       stop, warm, steady, results))
         dispatcher = Dispatcher([LatencySink()])
         query = start(spark, settings, dispatcher, time_mode=PROCESSING_TIME, query_name="latency")
-        producer = threading.Thread(target=produce, daemon=True)
         producer.start()
         deadline = time.time() + 180
         while len(batches) < 3 and time.time() < deadline:  # past Spark's first (slow) batches
@@ -153,8 +103,8 @@ def main(argv=None) -> int:
         steady.set()
         time.sleep(args.seconds)
         stop.set()
+        injected, last_heartbeat, silenced = results.get(timeout=120)
         producer.join()
-        writer.close()
         time.sleep(15)  # let the last injections come through
         progress = query.recentProgress
         stop_between_batches(query, dispatcher)
@@ -179,6 +129,68 @@ def main(argv=None) -> int:
 QUIET = ("quiet-1", "quiet-2", "quiet-3", "quiet-4")  # small clusters that go quiet altogether
 SILENT_BROKERS_FROM = 901      # the fleet's brokers silenced one by one, from this id
 SILENCE_EVERY_S = 15.0
+
+
+def produce(bootstrap: str, topic: str, rate: int, seconds: int, stop, warm, steady, results) -> None:
+    """The fleet's events at ``rate``, its zombies once ``warm`` is set and its silences once
+    ``steady`` is, until ``stop``; then (injected, last_heartbeat, silenced) onto ``results``."""
+    from streaming import config
+    from streaming.tools.simulate import ClusterShape, steady_state
+    from streaming.tools.simulate.writers import KafkaEventWriter
+
+    writer = KafkaEventWriter(bootstrap, topic, progress=None)
+    # metadata.max.age.ms chosen so the fleet's own event rate is close to --rate
+    fleet = steady_state(shape=ClusterShape(cluster_id="fleet", brokers=1000, clients=100_000, groups=2000),
+                         settings=config.RuleSettings(
+                             metadata_max_age_ms=max(1000, int(100_000 / max(1, rate - 2000) * 1000))),
+                         duration_ms=24 * 3600 * 1000)
+    injected: dict[str, float] = {}
+    # "broker-<id>" / a quiet cluster's id -> wall time of the last heartbeat sent before it went quiet
+    last_heartbeat: dict[str, float] = {}
+    silenced: set[int] = set()
+    tick, sent, started = 0.05, 0, time.time()
+    victims = itertools.count(1)
+    quiet_victims = itertools.count(SILENT_BROKERS_FROM)
+    next_zombie = next_silence = None
+    quiet_at: dict[str, float] = {}
+    # the small clusters beat out of step, every 2 s each
+    next_quiet_beat = {cluster: started + i * 2.0 / len(QUIET) for i, cluster in enumerate(QUIET)}
+    while not stop.is_set():
+        due = int((time.time() - started) * rate) - sent
+        now_ms = int(time.time() * 1000)
+        batch = [dict(ev, event_time=now_ms) for ev in itertools.islice(fleet, max(0, due))
+                 if not (ev["event_type"] == "broker_heartbeat" and ev["broker_id"] in silenced)]
+        for ev in batch:
+            if ev["event_type"] == "broker_heartbeat" and ev["broker_id"] >= SILENT_BROKERS_FROM:
+                last_heartbeat[f"broker-{ev['broker_id']}"] = time.time()
+        if steady.is_set():
+            next_silence = next_silence or time.time()
+            quiet_at = quiet_at or {cluster: time.time() + (i + 1) * seconds / (len(QUIET) + 1)
+                                    for i, cluster in enumerate(QUIET)}
+            if time.time() >= next_silence:
+                silenced.add(next(quiet_victims))
+                next_silence += SILENCE_EVERY_S
+        for cluster in QUIET:
+            if time.time() < quiet_at.get(cluster, float("inf")) and time.time() >= next_quiet_beat[cluster]:
+                batch += quiet_cluster_heartbeats(cluster, now_ms)
+                last_heartbeat[cluster] = time.time()
+                next_quiet_beat[cluster] += 2.0
+        if warm.is_set():
+            next_zombie = next_zombie or time.time()
+            if time.time() >= next_zombie:
+                victim = next(victims)
+                batch.append({"event_type": "broker_heartbeat", "event_id": f"zombie-{victim}",
+                              "cluster_id": "fleet", "event_time": now_ms, "controller_id": 3000,
+                              "controller_epoch": 1, "broker_id": victim, "incarnation_id": 0,
+                              "target_state": "ACTIVE", "error_code": 77})
+                injected[str(victim)] = time.time()
+                next_zombie += 1.0
+        if batch:
+            writer.write(batch)
+            sent += len(batch)
+        stop.wait(tick)
+    writer.close()
+    results.put((injected, last_heartbeat, silenced))
 
 
 def quiet_cluster_heartbeats(cluster: str, now_ms: int) -> list[dict]:
