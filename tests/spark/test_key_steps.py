@@ -160,3 +160,53 @@ def test_a_key_that_sends_little_wakes_when_its_timeout_is_due_not_a_batch_later
     assert live(now - 3_000, now - 10, now - 20).timer_ms == now - 3_000 + timeout + 3_000
     # read with nothing newer (no busy cluster in its packs): the clock is its own newest event
     assert live(now - 800, now - 795, now - 800).timer_ms == now - 800 + timeout + 800
+
+
+@pytest.mark.parametrize("wanted, registered, now, expected, why", [
+    (10_600, 10_000, 1_000, 10_000, "600 ms later, 9 s ahead: the registered timer stays"),
+    (9_900, 10_000, 1_000, 9_900, "earlier: moved, or the alert would wait"),
+    (11_200, 10_000, 1_000, 11_200, "more than an eighth of its 9 s lead later: moved"),
+    (10_050, 10_000, 9_800, 10_050, "200 ms ahead: an eighth of that is 25 ms"),
+    (10_600, 10_000, 10_000, 10_600, "the registered one is firing now (Spark deletes it after the step)"),
+    (-1, 10_000, 1_000, -1, "no deadline left: deleted"),
+    (10_600, -1, 1_000, 10_600, "none registered"),
+])
+def test_a_processing_time_timer_is_not_moved_later_by_a_little(wanted, registered, now, expected, why):
+    from streaming.rules.records import NO_TIME
+    from streaming.spark.key_steps import timer_to_keep
+
+    wanted, registered = (NO_TIME if v == -1 else v for v in (wanted, registered))
+    expected = NO_TIME if expected == -1 else expected
+    assert timer_to_keep(wanted, registered, now) == expected, why
+
+
+def test_a_live_key_keeps_its_timer_while_its_deadline_moves_a_little_later():
+    """Why (issue 26): a live key's deadline moves later with every heartbeat; deleting and
+    registering its timer each step were two calls into the JVM's state server for nothing. An
+    earlier deadline still moves it, and event time (replays) is left exact."""
+    rules = RuleSettings()
+    key = ("c1", "brokers", 0)
+    now = 1_795_000_000_000
+    timeout = rules.controller_heartbeat_timeout_ms
+    steps = KeySteps()
+
+    def step(beats, meta, at, event_time=False):
+        events = []
+        for broker, ms in beats:
+            events.append({**hb(ms, broker), "cluster_id": "c1"})
+        req = StepRequest(rules, *key, tuple(packed(events, key)), meta, event_time, at if event_time else 0, at,
+                          None, query="q")
+        return steps.step(req) or steps.step(req, empty_state(key[1]))
+
+    first = step([(1, now - 1_000)], None, now)
+    assert first.timer_ms == now - 1_000 + timeout + 1_000
+    later = step([(1, now + 400)], first.meta, now + 500)  # due 1.5 s later: within 1/8 of ~9.5 s
+    assert later.timer_ms == first.timer_ms and later.meta[2] == first.timer_ms
+    far = step([(1, now + 3_000)], later.meta, now + 3_100)
+    assert far.timer_ms == now + 3_000 + timeout + 100, "due 4 s later than the registered timer: moved"
+    # broker 2's heartbeat, read late (behind the horizon: the offset stays 100 ms), is due first
+    earlier = step([(2, now + 2_000)], far.meta, now + 3_200)
+    assert earlier.timer_ms == now + 2_000 + timeout + 100
+
+    replayed = step([(1, now - 1_000)], None, now, event_time=True)
+    assert step([(1, now + 400)], replayed.meta, now + 500, event_time=True).timer_ms == now + 400 + timeout
