@@ -245,8 +245,6 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         # a deadline the hold kept this step from reaching: Spark deletes the timer that fired
         # once its handler returns, so the same time again would leave the key without one
         wanted = request.processing_ms + 1
-    if not request.event_time_mode:
-        wanted = timer_to_keep(wanted, (request.meta or NO_META)[2], request.processing_ms)
     key_kind = KINDS[kind]
     name, cls = key_kind.name, key_kind.record
     table_rows = getattr(engine.table, name)
@@ -275,26 +273,6 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         table=write)
     engines.keep(request.cache_key, generation, engine, Stored(alerts, waiting, row_values, logged))
     return out
-
-
-# How far ahead of a wanted processing-time timer the registered one may stay, as a share of how
-# far ahead of now it is: see timer_to_keep.
-TIMER_SLACK_SHARE = 8
-
-
-def timer_to_keep(wanted: int, registered: int, now: int) -> int:
-    """The processing-time timer a key should have: the registered one while it is still ahead of
-    ``now`` and earlier than ``wanted`` by at most 1/TIMER_SLACK_SHARE of its lead, else
-    ``wanted``. Why: a deadline an hour ahead (a clients or commits shard's expiry) moves later by
-    about a micro-batch every step, and moving the timer costs two calls into the JVM's state
-    server (delete, register), each more JVM work than the step's value writes. Never later than wanted, so
-    no alert waits for it; a kept timer that fires early steps the key once for nothing, and that
-    step registers the wanted one."""
-    if wanted == records.NO_TIME or registered == records.NO_TIME or registered <= now:
-        return wanted
-    if registered <= wanted <= registered + (registered - now) // TIMER_SLACK_SHARE:
-        return registered
-    return wanted
 
 
 def _sent_lag_ms(table: pa.Table, fresh: pa.ChunkedArray) -> int | None:
