@@ -5,7 +5,9 @@ Nothing the cluster does may stop it or hold a round up: every call runs in a po
 one call per target in flight, and a round waits ``collect.request.timeout.ms`` for them. A call
 still running then (a paused broker's connection, an exporter rendering a large page on a busy
 machine) is late, not lost: its answer is taken by the next round, and its target gets no new
-call meanwhile. A failed Kafka request becomes a ``metadata_request_failed`` event; an exporter
+call meanwhile. A target that failed or was late last time is not waited for once the others have
+answered (Calls): a paused broker would otherwise hold every round's evidence, its own silence
+included, back by a request timeout. A failed Kafka request becomes a ``metadata_request_failed`` event; an exporter
 that does not answer is a count in the status line and the metrics.
 
 With ``collect.offset.commits: on`` a round also takes the commits read from ``__consumer_offsets``
@@ -58,26 +60,45 @@ class RoundReport:
 
 class Calls:
     """At most one call per key in flight; a round starts what is not running and takes what has
-    finished by its deadline (a call that finishes later is taken by the next round)."""
+    finished by its deadline (a call that finishes later is taken by the next round).
+
+    A key whose last call failed or outlived its round is *unanswered*: a round waits for it only
+    while other calls are still running, and what it has not answered by then is *deferred*, taken
+    by a later round. Every round would otherwise publish a request timeout late while a broker
+    is paused, and the job's horizon trails the events by how late they arrive."""
 
     def __init__(self, workers: int = 16):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="epochwatch-collect")
         self._running: dict[Hashable, Future] = {}
+        self._unanswered: set[Hashable] = set()
+        self.deferred: set[Hashable] = set()  # the last take's keys left running before its deadline
 
     def start(self, key: Hashable, fn: Callable[[], object]) -> None:
         if key not in self._running:
             self._running[key] = self._pool.submit(fn)
 
     def take(self, keys, deadline: float) -> dict:
-        """Results (or the exceptions raised) of the calls of ``keys`` done by ``deadline``."""
-        futures = [self._running[k] for k in keys if k in self._running]
-        wait(futures, timeout=max(0.0, deadline - time.monotonic()))
-        done = {}
-        for k in keys:
-            f = self._running.get(k)
-            if f is not None and f.done():
-                del self._running[k]
-                done[k] = f.exception() or f.result()
+        """Results (or the exceptions raised) of the calls of ``keys`` done by ``deadline``, or
+        for the unanswered keys, done when the others are."""
+        running = [k for k in keys if k in self._running]
+        awaited = [self._running[k] for k in running if k not in self._unanswered]
+        wait(awaited or [self._running[k] for k in running], timeout=max(0.0, deadline - time.monotonic()))
+        early = time.monotonic() < deadline
+        done, self.deferred = {}, set()
+        for k in running:
+            f = self._running[k]
+            if not f.done():
+                self._unanswered.add(k)
+                if early:
+                    self.deferred.add(k)
+                continue
+            del self._running[k]
+            failure = f.exception()
+            done[k] = failure or f.result()
+            if failure is None:
+                self._unanswered.discard(k)
+            else:
+                self._unanswered.add(k)
         return done
 
     def close(self) -> None:
@@ -156,7 +177,8 @@ class Collector:
         for bid in brokers:
             result = results.get(("metadata", bid))
             if result is None:
-                failures[bid] = "REQUEST_TIMEOUT"  # still waiting: a later round takes the answer
+                if ("metadata", bid) not in self.calls.deferred:  # deferred: not a timeout (yet)
+                    failures[bid] = "REQUEST_TIMEOUT"  # still waiting: a later round takes the answer
             elif isinstance(result, ProbeError):
                 failures[bid] = result.reason
             elif not isinstance(result, Exception):

@@ -1,15 +1,18 @@
 """The collect loop's wiring, with the cluster's answers given by hand: which source feeds which
 observation, what an unreachable cluster or exporter turns into, and the collector's metrics."""
 
+import threading
+import time
 from pathlib import Path
 
 from prometheus_client import generate_latest
 
 from streaming import config
 from streaming.collect import exporter
-from streaming.collect.collector import Collector
+from streaming.collect.collector import Calls, Collector
 from streaming.collect.metrics import CollectorMetrics
 from streaming.collect.probes import BrokerRegistration, ClusterState, MetadataAnswer, ProbeError, QuorumState
+from tests.support.polling import wait_until
 
 PAGE = (Path(__file__).parent / "fixtures" / "kafka-4.1.2-combined-node.prom").read_text()
 NOW_S = 1795627627.5  # half a second after the page's last applied record
@@ -36,8 +39,9 @@ class Probe:
         pass
 
 
-def collector(probe, pages=(PAGE,), metrics=None):
-    settings = config.load(overrides={"collect.exporter.urls": ",".join(f"http://127.0.0.1:1/{i}" for i in range(len(pages)))})
+def collector(probe, pages=(PAGE,), metrics=None, **overrides):
+    settings = config.load(overrides={"collect.exporter.urls": ",".join(f"http://127.0.0.1:1/{i}" for i in range(len(pages))),
+                                      **overrides})
     by_url = dict(zip(settings.collect.urls(), pages))
 
     def scrape(url, timeout_s):
@@ -116,10 +120,6 @@ def test_the_collectors_metrics_say_it_runs_and_whether_it_reaches_the_cluster()
 
 
 def test_a_call_that_outlives_the_round_is_taken_by_the_next_one_and_not_started_twice():
-    import threading
-
-    from streaming.collect.collector import Calls
-
     release, started = threading.Event(), []
     calls = Calls()
 
@@ -132,9 +132,68 @@ def test_a_call_that_outlives_the_round_is_taken_by_the_next_one_and_not_started
     assert calls.take(["k"], deadline=0) == {}
     calls.start("k", slow)  # still running: not started again
     release.set()
-    import time
     assert calls.take(["k"], deadline=time.monotonic() + 5) == {"k": "late answer"} and len(started) == 1
     calls.close()
+
+
+def test_a_target_that_was_late_is_not_waited_for_once_the_others_have_answered():
+    paused, calls = threading.Event(), Calls()
+    calls.start("paused", lambda: paused.wait(30) and "answer")
+    calls.start("healthy", lambda: "ok")
+    assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 0.2) == {"healthy": "ok"}
+    assert calls.deferred == set()  # waited for up to the deadline: late
+    calls.start("healthy", lambda: "ok")
+    before = time.monotonic()
+    assert calls.take(["paused", "healthy"], deadline=before + 30) == {"healthy": "ok"}
+    assert calls.deferred == {"paused"} and time.monotonic() - before < 15  # not waited for
+    paused.set()
+    wait_until(lambda: calls._running["paused"].done(), timeout_s=10, what="the paused call's return")
+    calls.start("healthy", lambda: "ok")
+    assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 30) == {"healthy": "ok", "paused": "answer"}
+    calls.close()
+
+
+def test_a_target_that_failed_is_waited_for_when_nothing_else_is_running():
+    release, calls = threading.Event(), Calls()
+
+    def fails():
+        raise ProbeError("REQUEST_TIMEOUT", "paused")
+
+    calls.start("broker", fails)
+    assert isinstance(calls.take(["broker"], deadline=time.monotonic() + 5)["broker"], ProbeError)
+    calls.start("broker", lambda: release.wait(30) and "answer")
+    threading.Timer(0.3, release.set).start()
+    # alone in the round: waiting for it holds nothing else back
+    assert calls.take(["broker"], deadline=time.monotonic() + 30) == {"broker": "answer"}
+    calls.close()
+
+
+class PausedBroker(Probe):
+    """Broker 1's Metadata requests hang until released, then time out as the client would."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+
+    def metadata(self, broker_id):
+        self.release.wait(30)
+        raise ProbeError("REQUEST_TIMEOUT", "paused")
+
+
+def test_a_paused_broker_is_a_timeout_when_its_request_times_out_not_while_the_round_did_not_wait():
+    c = collector(PausedBroker(), **{"collect.request.timeout.ms": 200})
+    c.run_round()
+    events, _ = c.run_round()  # waited for up to the request timeout: a timeout
+    assert [(e["node_id"], e["reason"]) for e in events if e["event_type"] == "metadata_request_failed"] == [
+        (1, "REQUEST_TIMEOUT")]
+    events, report = c.run_round()  # still running, not waited for: nothing said yet
+    assert [e for e in events if e["event_type"] == "metadata_request_failed"] == [] and report.probes_ok == 0
+    c.probe.release.set()
+    wait_until(lambda: c.calls._running[("metadata", 1)].done(), timeout_s=10, what="the request's timeout")
+    events, _ = c.run_round()  # its answer: the client's own timeout
+    assert [(e["node_id"], e["reason"]) for e in events if e["event_type"] == "metadata_request_failed"] == [
+        (1, "REQUEST_TIMEOUT")]
+    c.close()
 
 
 def test_a_saturated_heartbeat_gauge_is_no_heartbeat_even_when_the_page_arrives_late():
