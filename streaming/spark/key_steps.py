@@ -35,6 +35,10 @@ from streaming.spark.packs import from_ipc_chunks, read_packs, ready_and_waiting
 BUFFER_CHUNK = 20_000  # events per buffer row
 IDLE_DROP_MS = 300_000  # engines not stepped for this long are forgotten at a task's end
 NO_META = (records.NO_TIME, 0, records.NO_TIME, 0)  # horizon, clock offset, timer, generation
+# A record is readable a little after its Kafka timestamp (the producer's linger, the broker's
+# append): a record stamped just before a batch began can miss it. A processing-time horizon
+# trails a key's newest event by at least this (streaming.spark.key_steps._step).
+WRITE_TO_READ_MS = 100
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,13 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
                 # older than the packs' clock because it sent nothing newer, not because its
                 # events trail: what trails is the read (now - clock) and its own sending.
                 offset = min(offset, max(now - request.clock_ms, 0) + sent_lag)
+            written = _written_after_ms(table, fresh, newest)
+            if written is not None:
+                # Nor does the wait for this batch's trigger say it: the batch read every partition
+                # to the end it found when it began (one behind holds the clock: udfs.read_progress),
+                # so what may still come is what was not written yet (a collector's round is
+                # written a round's length after its start) or not yet readable (WRITE_TO_READ_MS).
+                offset = min(offset, max(written, WRITE_TO_READ_MS))
         horizon = now - offset
         if request.clock_ms is not None:
             # the packs' clock, or for a key only its timer steps the clock held at a partition
@@ -273,6 +284,17 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         table=write)
     engines.keep(request.cache_key, generation, engine, Stored(alerts, waiting, row_values, logged))
     return out
+
+
+def _written_after_ms(table: pa.Table, fresh: pa.ChunkedArray, newest: int) -> int | None:
+    """How long after the key's newest event time its records past its horizon were written to
+    the events topic (the latest Kafka timestamp among them - ``newest``), at least 0. None without
+    Kafka timestamps."""
+    if "kafka_timestamp" not in table.column_names:
+        return None
+    stamps = table.column("kafka_timestamp")
+    latest = pc.max(pc.filter(stamps, pc.and_(fresh, pc.greater(stamps, 0)))).as_py()
+    return None if latest is None else max(latest - newest, 0)
 
 
 def _sent_lag_ms(table: pa.Table, fresh: pa.ChunkedArray) -> int | None:

@@ -16,7 +16,9 @@ engine applies them late and reports how many. In ProcessingTime mode (the live 
 is wall-clock time minus how far this key's events trail the clock: how far its newest events
 trailed it when they arrived, or if less, how far the batch's read trails it (the packs' clock)
 plus how long the key's events took to reach the events topic (their Kafka timestamps), as a key
-that sends little has an old newest event without being behind. So a cluster that goes silent is
+that sends little has an old newest event without being behind, or if less, how long after its
+newest event time its records were written (a collector's round: the round's length), as the batch
+read the topic to its end and the wait for its trigger is no trail. So a cluster that goes silent is
 still noticed by a timer, and a backlog after an input outage (the source's broker was
 unreachable, the job was down) is applied at its own pace instead of being overtaken by the
 clock. In both modes the packs' clock stops at the first unread event of a partition of the

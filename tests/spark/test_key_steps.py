@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 
 from streaming.config import RuleSettings
-from streaming.spark.key_steps import EngineCache, KeySteps, StepOutput, StepRequest, StoredState
+from streaming.spark.key_steps import WRITE_TO_READ_MS, EngineCache, KeySteps, StepOutput, StepRequest, StoredState
 from streaming.spark.routing import routes
 from streaming.tools.simulate import run_scenario
 from tests.support.builders import hb, response
@@ -156,7 +156,27 @@ def test_a_key_that_sends_little_wakes_when_its_timeout_is_due_not_a_batch_later
         return steps.step(req) or steps.step(req, empty_state(key[1]))
 
     assert live(now - 800, now - 795, now - 20).timer_ms == now - 800 + timeout + 25
-    # sent 3 s late (its collector is behind): the timer waits those 3 s, as before
-    assert live(now - 3_000, now - 10, now - 20).timer_ms == now - 3_000 + timeout + 3_000
-    # read with nothing newer (no busy cluster in its packs): the clock is its own newest event
-    assert live(now - 800, now - 795, now - 800).timer_ms == now - 800 + timeout + 800
+    # written 2,990 ms late (its collector is behind): the timer waits those 2,990 ms
+    assert live(now - 3_000, now - 10, now - 20).timer_ms == now - 3_000 + timeout + 2_990
+    # read with nothing newer (no busy cluster in its packs): it waited 795 ms for this batch's
+    # trigger, which says nothing about its events; at least WRITE_TO_READ_MS
+    assert live(now - 800, now - 795, now - 800).timer_ms == now - 800 + timeout + WRITE_TO_READ_MS
+
+
+def test_a_collector_round_trails_by_how_long_it_took_to_be_written_not_by_the_wait_for_the_trigger():
+    """Why (issue 26): a collector's round is stamped with its start and written when its probes
+    and scrapes are in (600 ms here); the batch that read it began 500 ms later (its trigger). The
+    batch read the events topic to its end: the round's events trail the clock by 600 ms, and a
+    paused broker's timeout is decided 500 ms earlier than when the wait counted too."""
+    rules = RuleSettings()
+    key = ("real", "brokers", 0)
+    now = 1_795_000_000_000
+    start, written = now - 1_100, now - 500
+    stamp = datetime.fromtimestamp(written / 1000, timezone.utc)
+    round_ = [{**hb(start - 700, 1), "cluster_id": "real", "kafka_timestamp": stamp},
+              {**hb(start, 2), "cluster_id": "real", "kafka_timestamp": stamp}]
+    req = StepRequest(rules, *key, tuple(packed(round_, key)), None, False, 0, now, start, query="q")
+    steps = KeySteps()
+    out = steps.step(req) or steps.step(req, empty_state(key[1]))
+    assert out.meta[1] == 600  # the offset: not 1,100 (the round's age when read)
+    assert out.timer_ms == start - 700 + rules.controller_heartbeat_timeout_ms + 600  # broker 1's timeout
