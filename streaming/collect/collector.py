@@ -7,8 +7,8 @@ still running then (a paused broker's connection, an exporter rendering a large 
 machine) is late, not lost: its answer is taken by the next round, and its target gets no new
 call meanwhile. A target that failed or was late last time is not waited for once the others have
 answered (Calls): a paused broker would otherwise hold every round's evidence, its own silence
-included, back by a request timeout. A failed Kafka request becomes a ``metadata_request_failed`` event; an exporter
-that does not answer is a count in the status line and the metrics.
+included, back by a request timeout. A failed Kafka request becomes a ``metadata_request_failed``
+event; an exporter that does not answer is a count in the status line and the metrics.
 
 With ``collect.offset.commits: on`` a round also takes the commits read from ``__consumer_offsets``
 since the last round (streaming/collect/commit_log.py) and sends them as ``offset_commit`` events.

@@ -82,7 +82,7 @@ def _wanted_lines(text: str) -> str:
         if folded.endswith("value") and folded[:-5] in _WANTED_STARTS:
             label = _NAME_LABEL.search(line)
             folded = folded[:-5] + label.group(1).lower().replace("_", "") if label else folded
-        if folded in _WANTED or not _METRIC_NAME.fullmatch(name):  # not a sample: the parser says what is wrong
+        if folded in _WANTED or not _METRIC_NAME.fullmatch(name):  # not a sample: the parser says why
             keep.append(line)
     keep.append("")
     return "\n".join(keep)
