@@ -62,15 +62,17 @@ class Calls:
     """At most one call per key in flight; a round starts what is not running and takes what has
     finished by its deadline (a call that finishes later is taken by the next round).
 
-    A key whose last call failed or outlived its round is *unanswered*: a round waits for it only
-    while other calls are still running, and what it has not answered by then is *deferred*, taken
-    by a later round. Every round would otherwise publish a request timeout late while a broker
-    is paused, and the job's horizon trails the events by how late they arrive."""
+    A key whose last call failed or outlived its round (answered or not since) is *unanswered*: a
+    round waits for it only while other calls are still running, and what it has not answered by
+    then is *deferred*, taken by a later round. Every round would otherwise publish a request
+    timeout late while a broker is paused, and the job's horizon trails the events by how late
+    they arrive. A call that answers within its own round makes the key answered again."""
 
     def __init__(self, workers: int = 16):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="epochwatch-collect")
         self._running: dict[Hashable, Future] = {}
         self._unanswered: set[Hashable] = set()
+        self._outlived: set[Hashable] = set()  # keys whose running call outlived an earlier take
         self.deferred: set[Hashable] = set()  # the last take's keys left running before its deadline
 
     def start(self, key: Hashable, fn: Callable[[], object]) -> None:
@@ -89,16 +91,18 @@ class Calls:
             f = self._running[k]
             if not f.done():
                 self._unanswered.add(k)
+                self._outlived.add(k)
                 if early:
                     self.deferred.add(k)
                 continue
             del self._running[k]
             failure = f.exception()
             done[k] = failure or f.result()
-            if failure is None:
+            if failure is None and k not in self._outlived:
                 self._unanswered.discard(k)
             else:
                 self._unanswered.add(k)
+            self._outlived.discard(k)
         return done
 
     def close(self) -> None:

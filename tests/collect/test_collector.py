@@ -150,6 +150,25 @@ def test_a_target_that_was_late_is_not_waited_for_once_the_others_have_answered(
     wait_until(lambda: calls._running["paused"].done(), timeout_s=10, what="the paused call's return")
     calls.start("healthy", lambda: "ok")
     assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 30) == {"healthy": "ok", "paused": "answer"}
+    # answered, but a round late: still not waited for
+    slow = threading.Event()
+    calls.start("paused", lambda: slow.wait(30) and "slow answer")
+    calls.start("healthy", lambda: "ok")
+    assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 30) == {"healthy": "ok"}
+    assert calls.deferred == {"paused"}
+    slow.set()
+    wait_until(lambda: calls._running["paused"].done(), timeout_s=10, what="the slow answer")
+    assert calls.take(["paused"], deadline=time.monotonic() + 30) == {"paused": "slow answer"}
+    # answered within its own round: waited for again (up to the deadline: late, not deferred)
+    calls.start("paused", lambda: "quick")
+    wait_until(lambda: calls._running["paused"].done(), timeout_s=10, what="the quick answer")
+    assert calls.take(["paused"], deadline=time.monotonic() + 30) == {"paused": "quick"}
+    hung = threading.Event()
+    calls.start("paused", lambda: hung.wait(30) and "answer")
+    calls.start("healthy", lambda: "ok")
+    assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 0.3) == {"healthy": "ok"}
+    assert calls.deferred == set()
+    hung.set()
     calls.close()
 
 
