@@ -135,6 +135,7 @@ class Collector:
         self._unsent_commits: list[Commit] = []  # read before the cluster id was known
         self.cluster: ClusterState | None = None
         self.controller: tuple[int, int] | None = None
+        self._reachable = False  # the last round's that knew (a deferred DescribeCluster does not)
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -177,7 +178,8 @@ class Collector:
         results = self.calls.take(keys, started + c.request_timeout_ms / 1000)
 
         failures: dict[int | None, str] = {}
-        answers, quorum, reachable = {}, None, False
+        answers, quorum = {}, None
+        reachable = "cluster" in self.calls.deferred and self._reachable
         for bid in brokers:
             result = results.get(("metadata", bid))
             if result is None:
@@ -195,6 +197,7 @@ class Collector:
             (self.cluster, quorum), reachable = outcome, True
             if quorum is not None:
                 self.controller = (quorum.leader_id, quorum.leader_epoch)
+        self._reachable = reachable
         nodes, others, registration, heartbeats = self._pages([results[u] for u in urls if u in results],
                                                                self.settings.rules.controller_heartbeat_timeout_ms)
         if quorum is None:

@@ -215,6 +215,34 @@ def test_a_paused_broker_is_a_timeout_when_its_request_times_out_not_while_the_r
     c.close()
 
 
+class SlowAdminApi(Probe):
+    """DescribeCluster answers at once until ``hold`` is cleared, then when it is set again."""
+
+    def __init__(self):
+        super().__init__()
+        self.hold = threading.Event()
+        self.hold.set()
+
+    def cluster(self):
+        self.hold.wait(30)
+        return super().cluster()
+
+
+def test_a_describe_cluster_not_waited_for_leaves_the_cluster_as_reachable_as_it_last_was():
+    c = collector(SlowAdminApi(), **{"collect.request.timeout.ms": 200})
+    assert c.run_round()[1].reachable
+    c.probe.hold.clear()
+    assert not c.run_round()[1].reachable  # waited for up to the request timeout: no answer
+    c.probe.hold.set()
+    wait_until(lambda: c.calls._running["cluster"].done(), timeout_s=10, what="the late answer")
+    assert c.run_round()[1].reachable  # the late answer
+    c.probe.hold.clear()
+    _, report = c.run_round()  # still running, not waited for: nothing new is known
+    assert report.reachable and "cluster" in c.calls.deferred
+    c.probe.hold.set()
+    c.close()
+
+
 def test_a_saturated_heartbeat_gauge_is_no_heartbeat_even_when_the_page_arrives_late():
     """The page arrives after the round started: 'arrival minus 9000' would pass for a heartbeat
     less than a session old at the round's start. Nor does the broker's last metadata fetch
