@@ -62,22 +62,30 @@ class Calls:
     """At most one call per key in flight; a round starts what is not running and takes what has
     finished by its deadline (a call that finishes later is taken by the next round).
 
-    A key whose last call failed or outlived its round (answered or not since) is *unanswered*: a
-    round waits for it only while other calls are still running, and what it has not answered by
-    then is *deferred*, taken by a later round. Every round would otherwise publish a request
-    timeout late while a broker is paused, and the job's horizon trails the events by how late
-    they arrive. A call that answers within its own round makes the key answered again."""
+    A key whose last call failed or took longer than ``timeout_s`` (whichever round took it) is
+    *unanswered*: a round waits for it only while other calls are still running, and what it has
+    not answered by then is *deferred*, taken by a later round. Every round would otherwise publish
+    a request timeout late while a broker is paused, and the job's horizon trails the events by
+    how late they arrive. A call that answers within ``timeout_s`` makes the key answered again."""
 
-    def __init__(self, workers: int = 16):
+    def __init__(self, timeout_s: float, workers: int = 16):
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="epochwatch-collect")
+        self._timeout_s = timeout_s
         self._running: dict[Hashable, Future] = {}
+        self._seconds: dict[Hashable, float] = {}  # how long each finished call took
         self._unanswered: set[Hashable] = set()
-        self._outlived: set[Hashable] = set()  # keys whose running call outlived an earlier take
         self.deferred: set[Hashable] = set()  # the last take's keys left running before its deadline
 
     def start(self, key: Hashable, fn: Callable[[], object]) -> None:
         if key not in self._running:
-            self._running[key] = self._pool.submit(fn)
+            self._running[key] = self._pool.submit(self._timed, key, fn)
+
+    def _timed(self, key: Hashable, fn: Callable[[], object]):
+        began = time.monotonic()
+        try:
+            return fn()
+        finally:
+            self._seconds[key] = time.monotonic() - began
 
     def take(self, keys, deadline: float) -> dict:
         """Results (or the exceptions raised) of the calls of ``keys`` done by ``deadline``, or
@@ -91,18 +99,16 @@ class Calls:
             f = self._running[k]
             if not f.done():
                 self._unanswered.add(k)
-                self._outlived.add(k)
                 if early:
                     self.deferred.add(k)
                 continue
             del self._running[k]
-            failure = f.exception()
+            failure, took = f.exception(), self._seconds.pop(k, 0.0)
             done[k] = failure or f.result()
-            if failure is None and k not in self._outlived:
+            if failure is None and took <= self._timeout_s:
                 self._unanswered.discard(k)
             else:
                 self._unanswered.add(k)
-            self._outlived.discard(k)
         return done
 
     def close(self) -> None:
@@ -127,7 +133,7 @@ class Collector:
                                                    session_timeout_ms=r.controller_heartbeat_timeout_ms,
                                                    heartbeat_interval_ms=r.broker_heartbeat_interval_ms,
                                                    stale_after_ms=c.metadata_stale_after_ms))
-        self.calls = Calls()
+        self.calls = Calls(c.request_timeout_ms / 1000)
         if commit_log is None and c.offset_commits == "on":
             commit_log = CommitLogReader(c.bootstrap_servers or settings.kafka.bootstrap_servers, c.client,
                                          kafka_libs(c.kafka_libs), c.client_id)

@@ -121,7 +121,7 @@ def test_the_collectors_metrics_say_it_runs_and_whether_it_reaches_the_cluster()
 
 def test_a_call_that_outlives_the_round_is_taken_by_the_next_one_and_not_started_twice():
     release, started = threading.Event(), []
-    calls = Calls()
+    calls = Calls(timeout_s=5)
 
     def slow():
         started.append(1)
@@ -137,10 +137,10 @@ def test_a_call_that_outlives_the_round_is_taken_by_the_next_one_and_not_started
 
 
 def test_a_target_that_was_late_is_not_waited_for_once_the_others_have_answered():
-    paused, calls = threading.Event(), Calls()
+    paused, calls = threading.Event(), Calls(timeout_s=1)
     calls.start("paused", lambda: paused.wait(30) and "answer")
     calls.start("healthy", lambda: "ok")
-    assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 0.2) == {"healthy": "ok"}
+    assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 1) == {"healthy": "ok"}
     assert calls.deferred == set()  # waited for up to the deadline: late
     calls.start("healthy", lambda: "ok")
     before = time.monotonic()
@@ -150,30 +150,27 @@ def test_a_target_that_was_late_is_not_waited_for_once_the_others_have_answered(
     wait_until(lambda: calls._running["paused"].done(), timeout_s=10, what="the paused call's return")
     calls.start("healthy", lambda: "ok")
     assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 30) == {"healthy": "ok", "paused": "answer"}
-    # answered, but a round late: still not waited for
+    # that answer took longer than the timeout: still not waited for
     slow = threading.Event()
-    calls.start("paused", lambda: slow.wait(30) and "slow answer")
+    calls.start("paused", lambda: slow.wait(30) and "prompt answer")
     calls.start("healthy", lambda: "ok")
     assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 30) == {"healthy": "ok"}
     assert calls.deferred == {"paused"}
     slow.set()
-    wait_until(lambda: calls._running["paused"].done(), timeout_s=10, what="the slow answer")
-    assert calls.take(["paused"], deadline=time.monotonic() + 30) == {"paused": "slow answer"}
-    # answered within its own round: waited for again (up to the deadline: late, not deferred)
-    calls.start("paused", lambda: "quick")
-    wait_until(lambda: calls._running["paused"].done(), timeout_s=10, what="the quick answer")
-    assert calls.take(["paused"], deadline=time.monotonic() + 30) == {"paused": "quick"}
+    wait_until(lambda: calls._running["paused"].done(), timeout_s=10, what="the prompt answer")
+    assert calls.take(["paused"], deadline=time.monotonic() + 30) == {"paused": "prompt answer"}
+    # answered within the timeout, if a round late: waited for again (up to the deadline: late)
     hung = threading.Event()
     calls.start("paused", lambda: hung.wait(30) and "answer")
     calls.start("healthy", lambda: "ok")
-    assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 0.3) == {"healthy": "ok"}
+    assert calls.take(["paused", "healthy"], deadline=time.monotonic() + 1) == {"healthy": "ok"}
     assert calls.deferred == set()
     hung.set()
     calls.close()
 
 
 def test_a_target_that_failed_is_waited_for_when_nothing_else_is_running():
-    release, calls = threading.Event(), Calls()
+    release, calls = threading.Event(), Calls(timeout_s=5)
 
     def fails():
         raise ProbeError("REQUEST_TIMEOUT", "paused")
