@@ -210,18 +210,19 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
             # Not capped: after an input outage the backlog trails the clock by the outage,
             # and a horizon at "now" would time out every broker heard from in it.
             offset = max(now - newest, 0)
-            sent_lag = None if request.clock_ms is None else _sent_lag_ms(table, fresh)
-            if sent_lag is not None:
+            sent = _sent_records(table, fresh)
+            if sent is not None and request.clock_ms is not None:
                 # A key that sends little (a small cluster among big ones) has its newest event
                 # older than the packs' clock because it sent nothing newer, not because its
                 # events trail: what trails is the read (now - clock) and its own sending.
+                sent_lag = max(pc.max(pc.subtract(*sent)).as_py(), 0)
                 offset = min(offset, max(now - request.clock_ms, 0) + sent_lag)
-            written = _written_after_ms(table, fresh, newest)
-            if written is not None:
+            if sent is not None:
                 # Nor does the wait for this batch's trigger say it: the batch read every partition
                 # to the end it found when it began (one behind holds the clock: udfs.read_progress),
                 # so what may still come is what was not written yet (a collector's round is
                 # written a round's length after its start) or not yet readable (WRITE_TO_READ_MS).
+                written = max(pc.max(sent[0]).as_py() - newest, 0)
                 offset = min(offset, max(written, WRITE_TO_READ_MS))
         horizon = now - offset
         if request.clock_ms is not None:
@@ -286,27 +287,16 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
     return out
 
 
-def _written_after_ms(table: pa.Table, fresh: pa.ChunkedArray, newest: int) -> int | None:
-    """How long after the key's newest event time its records past its horizon were written to
-    the events topic (the latest Kafka timestamp among them - ``newest``), at least 0. None without
-    Kafka timestamps."""
+def _sent_records(table: pa.Table, fresh: pa.ChunkedArray) -> tuple[pa.Array, pa.Array] | None:
+    """The Kafka timestamps and event times of the key's records past its horizon that carry a
+    timestamp (a record without one says nothing of its sending). None without Kafka timestamps
+    (events not read from Kafka) or without such records."""
     if "kafka_timestamp" not in table.column_names:
         return None
     stamps = table.column("kafka_timestamp")
-    latest = pc.max(pc.filter(stamps, pc.and_(fresh, pc.greater(stamps, 0)))).as_py()
-    return None if latest is None else max(latest - newest, 0)
-
-
-def _sent_lag_ms(table: pa.Table, fresh: pa.ChunkedArray) -> int | None:
-    """How long the key's events past its horizon took from their event time to the events
-    topic (Kafka timestamp - event time), the longest of them, at least 0. None without Kafka
-    timestamps (events not read from Kafka) or without such events."""
-    if "kafka_timestamp" not in table.column_names:
-        return None
-    stamps = table.column("kafka_timestamp")
-    sent = pc.and_(fresh, pc.greater(stamps, 0))  # a record without a timestamp says nothing
-    longest = pc.max(pc.subtract(pc.filter(stamps, sent), pc.filter(table.column("event_time"), sent))).as_py()
-    return None if longest is None else max(longest, 0)
+    sent = pc.and_(fresh, pc.greater(stamps, 0))
+    stamps = pc.filter(stamps, sent)
+    return (stamps, pc.filter(table.column("event_time"), sent)) if len(stamps) else None
 
 
 def _has_reset(table: pa.Table | None) -> bool:
