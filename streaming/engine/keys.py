@@ -20,17 +20,13 @@ from streaming.rules.nodes import NodeTable
 
 @dataclass(frozen=True)
 class KeyKind:
-    name: str                     # the key's kind, and the name of its state variable
+    name: str                     # the key's kind (its table is the ``table`` state variable)
     table: type                   # the rules table one key runs
     record: type                  # one entity's record in that table (streaming.rules.records)
     id_fields: tuple[str, ...]    # the record's fields that name its entity
     owns: frozenset[str]          # the event types whose owner this kind is
     sharded_by: str | None = None      # the event field that spreads entities over shards
     entity_label: str | None = None    # the alert label that names an entity (expiry summaries)
-    # state as one JSON table per key, rewritten each step: the state API pays a round trip to the
-    # JVM per ListState row; otherwise one typed ListState row per entity (nodes: few, rarely changed).
-    # figures: bench/RESULTS.md, State layout: one key per entity vs sharded keys
-    json_state: bool = True
     # the rules mark each record they change as touched, so a step re-reads only those rows and
     # stores only those, in the table's log (streaming.spark.json_tables)
     incremental_json: bool = False
@@ -39,11 +35,6 @@ class KeyKind:
     def entity_id(self) -> Callable[[object], object]:
         return attrgetter(*self.id_fields)
 
-    @property
-    def log_name(self) -> str:
-        """The state variable of the JSON table's log (incremental_json kinds)."""
-        return f"{self.name}_log"
-
 
 BROKERS = KeyKind("brokers", BrokerFleet, records.BrokerRecord, ("broker_id",),
                   frozenset({"broker_heartbeat", "metadata_update", CLUSTER_RESET}), entity_label="broker_id")
@@ -51,7 +42,7 @@ CLIENTS = KeyKind("clients", ClientShard, records.ClientRecord, ("client_id",),
                   frozenset({"metadata_response", "metadata_request_failed", "client_rebootstrap"}),
                   sharded_by="client_id", entity_label="client_id", incremental_json=True)
 NODES = KeyKind("nodes", NodeTable, records.NodeRecord, ("node_id",), frozenset({"connection_attempt"}),
-                entity_label="node_id", json_state=False)
+                entity_label="node_id")
 COMMITS = KeyKind("commits", CommitShard, records.CommitRecord, ("group_id", "topic", "partition"),
                   frozenset({"offset_commit"}), sharded_by="group_id")
 

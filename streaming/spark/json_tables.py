@@ -1,16 +1,19 @@
-"""A key's JSON table (clients, consumer-group partitions, brokers), without Spark: its format,
-and for the kinds that change a little at a time, a base value and a log of what changed since.
+"""A key's JSON table (brokers, clients, nodes, consumer-group partitions), without Spark: its
+format, and for the kinds that change a little at a time, a base value and a log of what changed
+since.
 
 The format, ``{"fields": [...], "rows": [[...], ...]}``: the field names once instead of in every
-record, a third of the bytes an array of objects takes, and faster to read back.
+record, a third of the bytes an array of objects takes, and faster to read back. A brokers table
+also holds its cluster's ClusterRecord, by field name, as ``cluster``.
 
 The log, why: a client shard holds thousands of clients and a live micro-batch touches a few
 percent of them, yet writing the whole table back took a third of a stateful task (the state API
 and RocksDB's changelog carry every byte of it; figures: bench/HISTORY.md, Live latency and
 silence, session 21). So a step appends only the rows it changed (and the ids of the entities it
-dropped) to ``<kind>_log``, and rewrites the base, emptying the log, once the log has grown as
-large as the table (times 1 to 2, set per key: ``rewrite_spread``): the bytes written per step
-are two to three times the changes, a rebuild reads at most three times the table.
+dropped) to the log (the ``table_log`` state variable; the base is ``table``), and rewrites the
+base, emptying the log, once the log has grown as large as the table (times 1 to 2, set per key:
+``rewrite_spread``): the bytes written per step are two to three times the changes, a rebuild
+reads at most three times the table.
 
 An entry is a JSON table like the base (``{"fields", "rows"}``) plus ``removed`` (entity ids) and
 ``seq`` (its place in the log, from 1), so Spark's state reader can merge them too
@@ -109,8 +112,21 @@ def to_json_rows(rows: list) -> str:
     return json_table(cls, [values(r) for r in rows])
 
 
-def json_table(cls, row_values: list) -> str:
-    return orjson.dumps({"fields": records.field_names(cls), "rows": row_values}).decode()
+def json_table(cls, row_values: list, cluster=None) -> str:
+    doc = {"fields": records.field_names(cls), "rows": row_values}
+    if cluster is not None:
+        doc["cluster"] = dict(zip(records.field_names(type(cluster)), records.to_row(cluster)))
+    return orjson.dumps(doc).decode()
+
+
+def cluster_of(text: str) -> records.ClusterRecord | None:
+    """The ClusterRecord a brokers table holds, if any (fields it no longer has are left out)."""
+    doc = orjson.loads(text)
+    stored = doc.get("cluster") if isinstance(doc, dict) else None
+    if stored is None:
+        return None
+    names = records.field_names(records.ClusterRecord)
+    return records.ClusterRecord(**{k: v for k, v in stored.items() if k in names})
 
 
 def from_json_rows(cls, text: str) -> list:

@@ -29,7 +29,7 @@ from streaming.fastpath import column_passes
 from streaming.rules import records, validity
 from streaming.rules.lifecycle import AlertTracker
 from streaming.spark import json_tables
-from streaming.spark.json_tables import from_json_rows, to_json_rows
+from streaming.spark.json_tables import cluster_of, from_json_rows, json_table
 from streaming.spark.packs import from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
 
 BUFFER_CHUNK = 20_000  # events per buffer row
@@ -68,8 +68,7 @@ class StepRequest:
 class StoredState:
     """A key's state values as the state API returns them, read only when no engine is kept."""
 
-    entities: object  # JSON tables: the (count, rows) value or None; the others: a list of rows
-    cluster: tuple | None
+    entities: tuple[int, str] | None  # the key's JSON table: its (count, rows) value
     alerts: list[tuple]
     buffer: list[bytes]
     log: list[tuple[int, str]] = ()  # KeyKind.incremental_json: the table's log (streaming.spark.json_tables)
@@ -80,8 +79,7 @@ class StepOutput:
     """What the processor writes back and emits. None: that state value is unchanged."""
 
     rows: list[dict]
-    entities: object  # JSON tables: the (count, rows) value, None to clear; the others: rows
-    cluster: tuple | None
+    entities: tuple[int, str] | None  # the key's JSON table: its (count, rows) value, None to clear
     alerts: list[tuple] | None
     buffer: list[tuple[int, bytes]] | None
     timer_ms: int
@@ -170,14 +168,12 @@ def load(request: StepRequest, stored: StoredState) -> tuple[KeyEngine, Stored]:
         loaded, logged = json_tables.replay(key_kind, stored.entities, list(stored.log))
         values = operator.attrgetter(*records.field_names(cls))
         row_values = {ident(rec): values(rec) for rec in loaded}
-    elif key_kind.json_state:
-        loaded = from_json_rows(cls, stored.entities[1]) if stored.entities else []
     else:
-        loaded = [records.from_row(cls, row) for row in stored.entities]
+        loaded = from_json_rows(cls, stored.entities[1]) if stored.entities else []
     for rec in loaded:
         store[ident(rec)] = rec
-    if request.kind == "brokers" and stored.cluster is not None:
-        table.cluster = records.from_row(records.ClusterRecord, stored.cluster)
+    if request.kind == "brokers" and stored.entities and (cluster := cluster_of(stored.entities[1])) is not None:
+        table.cluster = cluster
     engine.tracker = AlertTracker.from_rows(request.cluster_id, request.settings, stored.alerts)
     engine.horizon = request.meta[0] if request.meta else records.NO_TIME
     return engine, Stored(stored.alerts, from_ipc_chunks(stored.buffer), row_values, logged)
@@ -266,16 +262,13 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
         write = json_tables.plan(cls, stored.row_values, row_values, result.touched, stored.logged,
                                  json_tables.rewrite_spread(request.cluster_id, request.shard))
         entities, logged = write.base, write.logged
-    elif key_kind.json_state:
-        entities = _json_value(list(table_rows.values()))
     else:
-        entities = [records.to_row(r) for r in table_rows.values()]
+        entities = _json_value(cls, list(table_rows.values()), engine.table.cluster if kind == "brokers" else None)
     alerts = engine.tracker.to_rows()
     generation = random.getrandbits(62) + 1
     out = StepOutput(
         rows=_output_rows(request.cluster_id, engine.horizon, result),
         entities=entities,
-        cluster=records.to_row(engine.table.cluster) if kind == "brokers" else None,
         alerts=alerts if alerts != stored.alerts else None,
         # bounded chunks: one huge state value would have to fit the JVM heap in one piece
         buffer=(to_ipc_chunks(waiting, BUFFER_CHUNK) if waiting is not None else [])
@@ -313,8 +306,12 @@ def _row_values(cls, table: dict, before: dict | None, touched: set) -> dict:
     return {key: before[key] if key in before and key not in touched else values(r) for key, r in table.items()}
 
 
-def _json_value(rows: list) -> tuple[int, str] | None:
-    return (len(rows), to_json_rows(rows)) if rows else None
+def _json_value(cls, rows: list, cluster=None) -> tuple[int, str] | None:
+    """A table's state value: None (cleared) once it holds nothing."""
+    if not rows and cluster is None:
+        return None
+    values = operator.attrgetter(*records.field_names(cls))
+    return len(rows), json_table(cls, [values(r) for r in rows], cluster)
 
 
 # --- output rows ----------------------------------------------------------------------------

@@ -38,25 +38,10 @@ from streaming.config import RuleSettings
 from streaming.engine.keys import CLOCK, DATA_LOSS, DEAD_LETTER, HOLD, KINDS
 from streaming.rules import records
 from streaming.spark import engine_host
-from streaming.spark.key_steps import (
-    StepOutput,
-    StepRequest,
-    StoredState,
-    coordinates,
-    event_fields,
-    from_json_rows,
-    json_text,
-    to_json_rows,
-)
+from streaming.spark.json_tables import from_json_rows, to_json_rows
+from streaming.spark.key_steps import StepOutput, StepRequest, StoredState, coordinates, event_fields, json_text
 from streaming.spark.packs import read_packs, to_dicts
-from streaming.spark.state_schema import (
-    ALERT_SCHEMA,
-    BUFFER_SCHEMA,
-    JSON_ROWS_SCHEMA,
-    META_SCHEMA,
-    OUTPUT_SCHEMA,
-    schema_of,
-)
+from streaming.spark.state_schema import ALERT_SCHEMA, BUFFER_SCHEMA, JSON_ROWS_SCHEMA, META_SCHEMA, OUTPUT_SCHEMA
 
 OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
 __all__ = ["EpochwatchProcessor", "EpochwatchRowProcessor", "from_json_rows", "to_json_rows"]
@@ -75,15 +60,15 @@ class EpochwatchProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
+        # Few variables on purpose: Spark declares each again in every task and builds its encoders
+        # on its first read and first write in the task, 2-11 ms each (bench/HISTORY.md, session
+        # 28); a key has one kind, so one variable holds its table whatever the kind.
         self.meta = handle.getValueState("meta", META_SCHEMA)
-        self.cluster = handle.getValueState("cluster", schema_of(records.ClusterRecord))
         self.alerts = handle.getListState("alerts", ALERT_SCHEMA)
         self.buffer = handle.getListState("buffer", BUFFER_SCHEMA)
-        self.entities = {k.name: handle.getValueState(k.name, JSON_ROWS_SCHEMA) if k.json_state
-                         else handle.getListState(k.name, schema_of(k.record)) for k in KINDS.values()}
-        # what changed since the table above was written whole (streaming.spark.json_tables)
-        self.logs = {k.name: handle.getListState(k.log_name, JSON_ROWS_SCHEMA)
-                     for k in KINDS.values() if k.incremental_json}
+        self.table = handle.getValueState("table", JSON_ROWS_SCHEMA)
+        # what changed since the table was written whole (streaming.spark.json_tables)
+        self.table_log = handle.getListState("table_log", JSON_ROWS_SCHEMA)
         self.steps = engine_host.steps_for_task() if self.hosted else engine_host.IN_PROCESS
 
     # --- Spark entry points ---------------------------------------------------------------------
@@ -132,26 +117,18 @@ class EpochwatchProcessor(StatefulProcessor):
     # --- the state API --------------------------------------------------------------------------
 
     def _stored(self, kind: str) -> StoredState:
-        entities = self.entities[kind].get()
-        if not KINDS[kind].json_state:
-            entities = [tuple(row) for row in entities]
-        cluster = self.cluster.get() if kind == "brokers" else None
-        log = [tuple(row) for row in self.logs[kind].get()] if kind in self.logs else []
-        return StoredState(entities, tuple(cluster) if cluster is not None else None,
-                           [tuple(row) for row in self.alerts.get()], [chunk for _, chunk in self.buffer.get()], log)
+        table = self.table.get()
+        log = [tuple(row) for row in self.table_log.get()] if KINDS[kind].incremental_json else []
+        return StoredState(tuple(table) if table is not None else None, [tuple(row) for row in self.alerts.get()],
+                           [chunk for _, chunk in self.buffer.get()], log)
 
     def _write(self, kind: str, out: StepOutput, meta: tuple | None) -> None:
-        state = self.entities[kind]
         if out.table is not None:
-            _write_table(state, self.logs[kind], out.table)
-        elif not KINDS[kind].json_state:
-            _put(state, out.entities)
+            _write_table(self.table, self.table_log, out.table)
         elif out.entities:
-            state.update(out.entities)
+            self.table.update(out.entities)
         else:
-            state.clear()
-        if out.cluster is not None:
-            self.cluster.update(out.cluster)
+            self.table.clear()
         if out.alerts is not None:
             _put(self.alerts, out.alerts)
         if out.buffer is not None:

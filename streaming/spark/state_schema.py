@@ -8,6 +8,8 @@ from dataclasses import fields
 
 from pyspark.sql.types import ArrayType, BinaryType, BooleanType, LongType, StringType, StructField, StructType
 
+from streaming.rules import records
+
 _SCALARS = {int: LongType(), str: StringType(), bool: BooleanType()}
 
 
@@ -78,22 +80,22 @@ def json_rows(column, record_cls):
 
 
 def table_rows(spark, checkpoint: str, name: str):
-    """A JSON table state variable (``brokers``, ``clients``, ``commits``) of a checkpoint as a row
-    per record: the grouping key's columns and the record's fields. A table stored with a log
-    (streaming.spark.json_tables) is merged with it: each entity's latest row, dropped ones left
-    out, as the job would rebuild it."""
+    """The tables of one kind of key (``brokers``, ``clients``, ``nodes``, ``commits``: the
+    ``table`` state variable of those keys) of a checkpoint as a row per record: the grouping key's
+    columns and the record's fields. A table stored with a log (streaming.spark.json_tables) is
+    merged with it: each entity's latest row, dropped ones left out, as the job would rebuild it."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from streaming.engine.keys import KINDS
 
     kind = KINDS[name]
-    base = (spark.read.format("statestore").option("stateVarName", name).load(checkpoint)
+    base = (_state_of(spark, checkpoint, "table", name)
             .select("key", F.lit(0).alias("seq"), F.explode(json_rows("value.rows", kind.record)).alias("r")))
     if not kind.incremental_json:
         return base.select("key.*", "r.*")
     (id_field,) = kind.id_fields  # a log names dropped entities by one id
-    log = (spark.read.format("statestore").option("stateVarName", kind.log_name).load(checkpoint)
+    log = (_state_of(spark, checkpoint, "table_log", name)
            .select("key", F.col("list_element.rows").alias("text"))
            .withColumn("doc", F.from_json("text", "struct<seq:long,removed:array<string>>")))
     changed = log.select("key", F.col("doc.seq").alias("seq"), F.explode(json_rows("text", kind.record)).alias("r"))
@@ -105,3 +107,21 @@ def table_rows(spark, checkpoint: str, name: str):
     latest = Window.partitionBy("key", "id").orderBy(F.col("seq").desc())
     return (rows.withColumn("n", F.row_number().over(latest)).where("n = 1 and r is not null")
             .select("key.*", "r.*"))
+
+
+def cluster_rows(spark, checkpoint: str):
+    """Each cluster's ClusterRecord (the brokers key's table holds it, as ``cluster``): the
+    grouping key's columns and the record's fields."""
+    from pyspark.sql import functions as F
+
+    record = schema_of(records.ClusterRecord)
+    doc = F.from_json("value.rows", StructType([StructField("cluster", record)]))
+    return (_state_of(spark, checkpoint, "table", "brokers").select("key", doc.alias("doc"))
+            .where("doc.cluster is not null").select("key.*", "doc.cluster.*"))
+
+
+def _state_of(spark, checkpoint: str, variable: str, kind: str):
+    from pyspark.sql import functions as F
+
+    return (spark.read.format("statestore").option("stateVarName", variable).load(checkpoint)
+            .where(F.col("key.kind") == kind))

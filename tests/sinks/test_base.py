@@ -14,7 +14,7 @@ def test_a_brokers_step_outputs_one_status_row_that_becomes_a_status_per_broker(
     ~1,000 rows per live micro-batch otherwise); the sinks still see one status per broker."""
     rules = RuleSettings()
     step = request(rules, KEY, packed(heartbeats((1, 2, 3), 0, 10_000), KEY), None, 10_000)
-    out = KeySteps().step(step, empty_state("brokers"))
+    out = KeySteps().step(step, empty_state())
     assert [r["kind"] for r in out.rows].count("broker_status") == 1
     batch = OutputBatch.from_rows(5, out.rows)
     assert sorted(s["broker_id"] for s in batch.broker_status) == [1, 2, 3]

@@ -23,7 +23,7 @@ from tests.support.key_feed import empty_state, packed, request
 def step_twice(steps, rules: RuleSettings):
     """Two micro-batches of one key as the processor sends them: the first reads the store."""
     first = request(rules, KEY, packed(heartbeats((1, 2, 3), 0, 10_000), KEY), None, 10_000)
-    out = steps.step(first) or steps.step(first, empty_state("brokers"))
+    out = steps.step(first) or steps.step(first, empty_state())
     second = request(rules, KEY, packed(heartbeats((1, 2, 3), 10_000, 20_000), KEY), out.meta, 20_000)
     return out, steps.step(second)
 
@@ -35,7 +35,7 @@ def test_a_partitions_engines_stay_in_its_host_whichever_worker_asks(address):
     first_worker = HostedSteps(address, owner=os.getpid())
     first = request(rules, KEY, packed(heartbeats((1, 2, 3), 0, 10_000), KEY), None, 10_000)
     assert first_worker.step(first) is None, "a new key: the host asks for the stored state"
-    out = first_worker.step(first, empty_state("brokers"))
+    out = first_worker.step(first, empty_state())
     first_worker.task_done()
     HostedSteps._connections.pop(address).close()  # the next task runs in another worker
     second = request(rules, KEY, packed(heartbeats((1, 2, 3), 10_000, 20_000), KEY), out.meta, 20_000)
@@ -51,7 +51,7 @@ def test_a_step_that_fails_in_the_host_fails_the_task_and_the_host_serves_on(add
     steps = HostedSteps(address, owner=os.getpid())
     broken = request(rules, KEY, [b"not an Arrow stream"], None, 10_000)
     with pytest.raises(EngineHostError, match=r"(?s)\('c1', 'brokers', 0\).*Traceback.*ArrowInvalid"):
-        steps.step(broken, empty_state("brokers"))
+        steps.step(broken, empty_state())
     out, again = step_twice(steps, rules)
     assert again is not None and out.meta[0] == 10_000 - rules.allowed_lateness_ms
 

@@ -62,14 +62,14 @@ def test_a_stopped_host_is_killed_the_step_falls_back_and_the_next_task_gets_a_n
     rules = RuleSettings()
     steps = HostedSteps(address, owner=os.getpid())
     first = step_request(rules, KEY, packed(heartbeats((1, 2, 3), 0, 10_000), KEY), None, 10_000)
-    out = steps.step(first) or steps.step(first, empty_state("brokers"))
+    out = steps.step(first) or steps.step(first, empty_state())
     hung_pid = host_stats(address)["pid"]
     os.kill(hung_pid, signal.SIGSTOP)
     request.addfinalizer(lambda: gone(hung_pid) or os.kill(hung_pid, signal.SIGKILL))  # whatever happens
 
     second = step_request(rules, KEY, packed(heartbeats((1, 2, 3), 10_000, 20_000), KEY), out.meta, 20_000)
     again, took = step_within(steps, second)
-    again = again or steps.step(second, empty_state("brokers"))  # the worker has no engine kept: the store's
+    again = again or steps.step(second, empty_state())  # the worker has no engine kept: the store's
     assert steps.fallback, "the worker stepped the key itself"
     assert broker_ids(again) == {1, 2, 3}
     # its socket closes as it dies, a moment before it is gone: the step may return in between
@@ -79,7 +79,7 @@ def test_a_stopped_host_is_killed_the_step_falls_back_and_the_next_task_gets_a_n
     third = step_request(rules, KEY, packed(heartbeats((1, 2, 3), 20_000, 30_000), KEY), again.meta, 30_000)
     next_task = HostedSteps(address, owner=os.getpid())
     later, _ = step_within(next_task, third)
-    later = later or next_task.step(third, empty_state("brokers"))
+    later = later or next_task.step(third, empty_state())
     assert not next_task.fallback, "the partition's next task uses a host again"
     assert host_stats(address)["pid"] != hung_pid, "a new one"
 

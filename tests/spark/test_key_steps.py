@@ -31,7 +31,7 @@ def stored_after(out: StepOutput, before: StoredState | None) -> StoredState:
             log.append(out.table.append)
         elif out.table.rewrite:
             entities, log = out.table.base, [] if out.table.clear_log else log
-    return pickle.loads(pickle.dumps(StoredState(entities, out.cluster, alerts, buffer, log)))
+    return pickle.loads(pickle.dumps(StoredState(entities, alerts, buffer, log)))
 
 
 @pytest.mark.parametrize("name", ["rolling_restart", "zombie_incarnation", "wrong_cluster_rebootstrap",
@@ -74,10 +74,10 @@ def step_kept_and_rebuilt(events: list[dict], rules: RuleSettings, keys: list[tu
             packs = packed(events[start:start + batch], key)
             clock = max(ev["event_time"] for ev in events[:start + batch])
             step = request(rules, key, packs, meta, clock)
-            kept = kept_steps.step(step) or kept_steps.step(step, empty_state(key[1]))
-            rebuilt = KeySteps().step(step, stored or empty_state(key[1]))
-            assert (kept.rows, kept.entities, kept.table, kept.cluster, kept.alerts, kept.buffer, kept.timer_ms,
-                    kept.meta[:3]) == (rebuilt.rows, rebuilt.entities, rebuilt.table, rebuilt.cluster, rebuilt.alerts,
+            kept = kept_steps.step(step) or kept_steps.step(step, empty_state())
+            rebuilt = KeySteps().step(step, stored or empty_state())
+            assert (kept.rows, kept.entities, kept.table, kept.alerts, kept.buffer, kept.timer_ms,
+                    kept.meta[:3]) == (rebuilt.rows, rebuilt.entities, rebuilt.table, rebuilt.alerts,
                                        rebuilt.buffer, rebuilt.timer_ms, rebuilt.meta[:3]), (key, start)
             compared += 1
             appended += kept.table is not None and kept.table.append is not None
@@ -95,7 +95,7 @@ def test_a_step_asks_for_the_stored_state_unless_it_keeps_that_generation():
     steps = KeySteps()
     first = request(rules, key, [], None, 10_000)
     assert steps.step(first) is None, "a new key: nothing kept, the store is read"
-    out = steps.step(first, empty_state("brokers"))
+    out = steps.step(first, empty_state())
     assert steps.step(request(rules, key, [], out.meta, 20_000)) is not None
     stale = (*out.meta[:3], out.meta[3] + 1)
     assert steps.step(request(rules, key, [], stale, 30_000)) is None, "another generation: read the store"
@@ -125,7 +125,7 @@ def test_a_late_event_from_years_ago_does_not_push_a_live_keys_timer_out():
     def live(packs, meta, at):
         cluster_id, kind, shard = key
         req = StepRequest(rules, cluster_id, kind, shard, tuple(packs), meta, False, 0, at, None, query="q")
-        return steps.step(req) or steps.step(req, empty_state(kind))
+        return steps.step(req) or steps.step(req, empty_state())
 
     beat = hb(now - 1_000, 1)
     beat["cluster_id"] = "c1"
@@ -153,7 +153,7 @@ def test_a_key_that_sends_little_wakes_when_its_timeout_is_due_not_a_batch_later
                 "kafka_timestamp": datetime.fromtimestamp(sent_ms / 1000, timezone.utc)}
         req = StepRequest(rules, *key, tuple(packed([beat], key)), None, False, 0, now, clock_ms, query="q")
         steps = KeySteps()
-        return steps.step(req) or steps.step(req, empty_state(key[1]))
+        return steps.step(req) or steps.step(req, empty_state())
 
     assert live(now - 800, now - 795, now - 20).timer_ms == now - 800 + timeout + 25
     # written 2,990 ms late (its collector is behind): the timer waits those 2,990 ms
@@ -177,6 +177,6 @@ def test_a_collector_round_trails_by_how_long_it_took_to_be_written_not_by_the_w
               {**hb(start, 2), "cluster_id": "real", "kafka_timestamp": stamp}]
     req = StepRequest(rules, *key, tuple(packed(round_, key)), None, False, 0, now, start, query="q")
     steps = KeySteps()
-    out = steps.step(req) or steps.step(req, empty_state(key[1]))
+    out = steps.step(req) or steps.step(req, empty_state())
     assert out.meta[1] == 600  # the offset: not 1,100 (the round's age when read)
     assert out.timer_ms == start - 700 + rules.controller_heartbeat_timeout_ms + 600  # broker 1's timeout

@@ -38,7 +38,7 @@ def live_steps(second_clock_ms):
         events.sort(key=lambda e: e["event_time"])
         req = StepRequest(rules, *KEY, tuple(packed(events, KEY)), meta, False, 0, START + wall_s * 1000,
                           clock_ms, query="q")
-        out = steps.step(req) or steps.step(req, StoredState(None, None, [], []))
+        out = steps.step(req) or steps.step(req, StoredState(None, [], []))
         meta = out.meta
         transitions += [orjson.loads(r["payload"]) for r in out.rows if r["kind"] == "transition"]
     return transitions
@@ -67,7 +67,7 @@ def timer_only_steps(hold_ms):
         events.sort(key=lambda e: e["event_time"])
         req = StepRequest(rules, *KEY, tuple(packed(events, KEY)) if events else (), meta, False, 0,
                           START + wall_s * 1000, clock_ms, query="q")
-        out = steps.step(req) or steps.step(req, StoredState(None, None, [], []))
+        out = steps.step(req) or steps.step(req, StoredState(None, [], []))
         meta = out.meta
         timers.append(out.timer_ms)
         transitions += [orjson.loads(r["payload"]) for r in out.rows if r["kind"] == "transition"]

@@ -48,7 +48,7 @@ def test_state_is_one_record_per_broker_and_inspectable():
     record per broker (count, and JSON rows that streaming.spark.state_schema.json_rows explodes)."""
     tester = event_time_tester()
     tester.testInPandas(KEY, frame(heartbeats((1, 2, 3), 0, 20000)))
-    count, _ = tester.peekValueState("brokers", KEY)
+    count, _ = tester.peekValueState("table", KEY)
     brokers = stored_brokers(tester)
     assert count == 3 and sorted(b.broker_id for b in brokers) == [1, 2, 3]
     assert {b.state for b in brokers} == {"ACTIVE"}
@@ -189,7 +189,7 @@ def test_the_worker_engine_cache_is_used_only_while_the_stored_generation_matche
     tester.setWatermark(T0 + 20000)
     horizon, offset, timer, generation = tester.peekValueState("meta", KEY)
     only_broker_1 = [b for b in stored_brokers(tester) if b.broker_id == 1]
-    tester.updateValueState("brokers", KEY, (1, to_json_rows(only_broker_1)))
+    tester.updateValueState("table", KEY, (1, to_json_rows(only_broker_1)))
     tester.updateValueState("meta", KEY, (horizon, offset, timer, generation if same_generation else generation + 1))
     tester.testInPandas(KEY, frame(heartbeats((1, 4), 20000, 22000)))
     tester.setWatermark(T0 + 22000)
@@ -240,6 +240,6 @@ def test_a_step_with_nothing_to_report_yields_no_frame():
     tester.testInPandas(key, frame([commit, dict(commit, offset=6, event_time=2000)], key))
     quiet = tester.setWatermark(T0 + 2000)  # both applied: the group moves forward, nothing to say
     assert quiet.empty and list(quiet.columns) == []  # no frame at all, not an empty one
-    assert tester.peekValueState("commits", key)[0] == 1
+    assert tester.peekValueState("table", key)[0] == 1
     tester.testInPandas(key, frame([dict(commit, offset=7, event_time=3000, metadata_epoch=2)], key))
     assert alerts(tester.setWatermark(T0 + 3000)) == [("alert", "OffsetCommitEpochRegression", "firing")]

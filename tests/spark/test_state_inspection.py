@@ -1,6 +1,6 @@
-"""On-call can read the detector's state with Spark's state data source: the `brokers` and
-`clients` values are JSON tables that json_rows explodes into a row per broker or client, and
-table_rows merges a table with its log of changes."""
+"""On-call can read the detector's state with Spark's state data source: a key's `table` value is
+a JSON table that json_rows explodes into a row per broker or client, table_rows merges a table
+with its log of changes (`table_log`), and cluster_rows reads each cluster's record."""
 
 import dataclasses
 import io
@@ -17,7 +17,7 @@ from streaming.rules.records import BrokerRecord, ClientRecord
 from streaming.sinks.memory import MemorySink
 from streaming.spark import json_tables
 from streaming.spark.replay import replay
-from streaming.spark.state_schema import json_rows, schema_of, table_rows
+from streaming.spark.state_schema import cluster_rows, json_rows, schema_of, table_rows
 from streaming.tools.simulate import run_scenario
 
 pytestmark = pytest.mark.spark
@@ -31,12 +31,18 @@ def test_state_readable_with_statestore_format(spark, tmp_path):
     checkpoint = str(tmp_path / "ckpt")
     replay(spark, settings, io.StringIO(text), "scenario", [MemorySink()], chunk_events=500, checkpoint=checkpoint)
 
-    brokers = spark.read.format("statestore").option("stateVarName", "brokers").load(checkpoint)
-    rows = (brokers.select("key.cluster_id", "key.kind", F.explode(json_rows("value.rows", BrokerRecord)).alias("b"))
+    tables = spark.read.format("statestore").option("stateVarName", "table").load(checkpoint)
+    rows = (tables.where("key.kind = 'brokers'")
+            .select("key.cluster_id", "key.kind", F.explode(json_rows("value.rows", BrokerRecord)).alias("b"))
             .select("kind", "b.broker_id", "b.state").collect())
     assert sorted(r["broker_id"] for r in rows) == [1, 2, 3, 4, 5, 6]
-    assert {r["kind"] for r in rows} == {"brokers"}
     assert {r["state"] for r in rows} == {"ACTIVE"}  # the partitioned broker healed at the end
+    assert sorted(r["broker_id"] for r in table_rows(spark, checkpoint, "brokers").collect()) == [1, 2, 3, 4, 5, 6]
+
+    (cluster,) = cluster_rows(spark, checkpoint).collect()
+    assert cluster["cluster_id"] == result.events[0]["cluster_id"]
+    newest_epoch = max(ev["metadata_epoch"] for ev in result.events if ev["event_type"] == "metadata_update")
+    assert cluster["newest_epoch"] == newest_epoch and cluster["controller_id"] >= 0
 
     clients = table_rows(spark, checkpoint, "clients")
     assert clients.count() == len({ev["client_id"] for ev in result.events if "client_id" in ev})
@@ -62,10 +68,13 @@ def test_a_table_with_a_log_reads_as_the_job_rebuilds_it(spark, tmp_path):
     checkpoint = str(tmp_path / "ckpt")
     replay(spark, settings, io.StringIO(text), "scenario", [MemorySink()], chunk_events=100, checkpoint=checkpoint)
 
-    bases = {tuple(r["key"]): tuple(r["value"]) for r in
-             spark.read.format("statestore").option("stateVarName", "clients").load(checkpoint).collect()}
+    def of_clients(variable):
+        return spark.read.format("statestore").option("stateVarName", variable).load(checkpoint).where(
+            "key.kind = 'clients'").collect()
+
+    bases = {tuple(r["key"]): tuple(r["value"]) for r in of_clients("table")}
     logs = {}
-    for r in spark.read.format("statestore").option("stateVarName", "clients_log").load(checkpoint).collect():
+    for r in of_clients("table_log"):
         logs.setdefault(tuple(r["key"]), []).append(tuple(r["list_element"]))
     assert logs, "the scenario left changes in some client shard's log"
     expected = set()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streaming.rules.records import BrokerRecord
-from streaming.spark.key_steps import from_json_rows
+from streaming.spark.json_tables import from_json_rows
 
 KEY = ("c1", "brokers", 0)
 

@@ -13,8 +13,8 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 from streaming.config import RuleSettings
 from streaming.engine.keys import KINDS
 from streaming.rules.records import BrokerRecord
-from streaming.spark.json_tables import replay
-from streaming.spark.key_steps import StepRequest, StoredState, from_json_rows
+from streaming.spark.json_tables import cluster_of, from_json_rows, replay
+from streaming.spark.key_steps import StepRequest, StoredState
 from streaming.spark.packs import pack
 from streaming.spark.processor import EpochwatchProcessor
 from streaming.spark.routing import routes
@@ -65,15 +65,22 @@ def run_key(events: list[dict], key: tuple, batch: int, rules: RuleSettings, fas
 
 
 def stored_value(tester, name: str, key: tuple):
-    value = tester.peekValueState(name, key)
-    kind = KINDS.get(name)
-    if kind is None or not kind.incremental_json:
-        return value
-    return replay(kind, value, [tuple(e) for e in tester.peekListState(kind.log_name, key)])[0]
+    """The key's stored ``name``: its table's records (``clients``, ``brokers``, ...: the table
+    variable with its log), the brokers table's ``cluster``, or another state variable's value."""
+    if name == "cluster":
+        value = tester.peekValueState("table", key)
+        return cluster_of(value[1]) if value else None
+    if name not in KINDS:
+        return tester.peekValueState(name, key)
+    value = tester.peekValueState("table", key)
+    kind = KINDS[name]
+    if not kind.incremental_json:
+        return from_json_rows(kind.record, value[1]) if value else []
+    return replay(kind, value, [tuple(e) for e in tester.peekListState("table_log", key)])[0]
 
 
-def empty_state(kind: str) -> StoredState:
-    return StoredState(None if KINDS[kind].json_state else [], None, [], [])
+def empty_state() -> StoredState:
+    return StoredState(None, [], [])
 
 
 def request(rules: RuleSettings, key: tuple, packs: list[bytes], meta, clock_ms: int) -> StepRequest:
@@ -83,7 +90,7 @@ def request(rules: RuleSettings, key: tuple, packs: list[bytes], meta, clock_ms:
 
 
 def stored_brokers(tester, key=KEY) -> list[BrokerRecord]:
-    value = tester.peekValueState("brokers", key)
+    value = tester.peekValueState("table", key)
     return from_json_rows(BrokerRecord, value[1]) if value else []
 
 
