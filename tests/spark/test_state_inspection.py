@@ -16,6 +16,7 @@ from streaming.engine.keys import CLIENTS
 from streaming.rules.records import BrokerRecord, ClientRecord
 from streaming.sinks.memory import MemorySink
 from streaming.spark import json_tables
+from streaming.spark.job import refuse_retired_state
 from streaming.spark.replay import replay
 from streaming.spark.state_schema import cluster_rows, json_rows, schema_of, table_rows
 from streaming.tools.simulate import run_scenario
@@ -30,6 +31,7 @@ def test_state_readable_with_statestore_format(spark, tmp_path):
     text = "".join(json.dumps(ev) + "\n" for ev in result.events)
     checkpoint = str(tmp_path / "ckpt")
     replay(spark, settings, io.StringIO(text), "scenario", [MemorySink()], chunk_events=500, checkpoint=checkpoint)
+    refuse_retired_state(spark, checkpoint)  # this build's own state is never refused
 
     tables = spark.read.format("statestore").option("stateVarName", "table").load(checkpoint)
     rows = (tables.where("key.kind = 'brokers'")
