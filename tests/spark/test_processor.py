@@ -243,3 +243,23 @@ def test_a_step_with_nothing_to_report_yields_no_frame():
     assert tester.peekValueState("table", key)[0] == 1
     tester.testInPandas(key, frame([dict(commit, offset=7, event_time=3000, metadata_epoch=2)], key))
     assert alerts(tester.setWatermark(T0 + 3000)) == [("alert", "OffsetCommitEpochRegression", "firing")]
+
+
+def test_a_task_declares_five_state_variables_whatever_the_kinds_of_its_keys():
+    """Why: Spark declares every state variable again in each task and builds its encoders at its
+    first read and first write there, 2-11 ms each whatever the value's size (bench/HISTORY.md,
+    session 28); a key has one kind, so its table is one variable (``table``) for every kind."""
+
+    class Declarations:
+        def __init__(self):
+            self.names = []
+
+        def getValueState(self, name, schema):
+            self.names.append(name)
+
+        def getListState(self, name, schema):
+            self.names.append(name)
+
+    handle = Declarations()
+    EpochwatchProcessor(RuleSettings(), "ProcessingTime", hosted=False).init(handle)
+    assert sorted(handle.names) == ["alerts", "buffer", "meta", "table", "table_log"]
