@@ -105,11 +105,12 @@ def replay(kind: KeyKind, base: tuple[int, str] | None, log: list[tuple[int, str
     return list(table.values()), logged
 
 
-def to_json_rows(rows: list) -> str:
-    """A table of records (all of one class) as its JSON value."""
-    cls = type(rows[0])
+def to_json_rows(rows: list, cls=None, cluster=None) -> str:
+    """A table of records (all of ``cls``, by default the first one's class) as its JSON value;
+    ``cluster``: a brokers table's ClusterRecord."""
+    cls = cls or type(rows[0])
     values = operator.attrgetter(*records.field_names(cls))
-    return json_table(cls, [values(r) for r in rows])
+    return json_table(cls, [values(r) for r in rows], cluster)
 
 
 def json_table(cls, row_values: list, cluster=None) -> str:
@@ -119,18 +120,21 @@ def json_table(cls, row_values: list, cluster=None) -> str:
     return orjson.dumps(doc).decode()
 
 
-def cluster_of(text: str) -> records.ClusterRecord | None:
-    """The ClusterRecord a brokers table holds, if any (fields it no longer has are left out)."""
+def read_table(cls, text: str) -> tuple[list, records.ClusterRecord | None]:
+    """A table's records and, for a brokers table, its ClusterRecord (None if it holds none), from
+    one parse of its JSON value."""
     doc = orjson.loads(text)
     stored = doc.get("cluster") if isinstance(doc, dict) else None
-    if stored is None:
-        return None
     names = records.field_names(records.ClusterRecord)
-    return records.ClusterRecord(**{k: v for k, v in stored.items() if k in names})
+    cluster = None if stored is None else records.ClusterRecord(**{k: v for k, v in stored.items() if k in names})
+    return _records(cls, doc), cluster
 
 
 def from_json_rows(cls, text: str) -> list:
-    doc = orjson.loads(text)
+    return _records(cls, orjson.loads(text))
+
+
+def _records(cls, doc) -> list:
     if isinstance(doc, list):  # written by an older version: an array of objects
         return [cls(**row) for row in doc]
     names = records.field_names(cls)

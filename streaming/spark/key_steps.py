@@ -29,7 +29,7 @@ from streaming.fastpath import column_passes
 from streaming.rules import records, validity
 from streaming.rules.lifecycle import AlertTracker
 from streaming.spark import json_tables
-from streaming.spark.json_tables import cluster_of, from_json_rows, json_table
+from streaming.spark.json_tables import to_json_rows
 from streaming.spark.packs import from_ipc_chunks, read_packs, ready_and_waiting, to_dicts, to_ipc_chunks
 
 BUFFER_CHUNK = 20_000  # events per buffer row
@@ -169,11 +169,11 @@ def load(request: StepRequest, stored: StoredState) -> tuple[KeyEngine, Stored]:
         values = operator.attrgetter(*records.field_names(cls))
         row_values = {ident(rec): values(rec) for rec in loaded}
     else:
-        loaded = from_json_rows(cls, stored.entities[1]) if stored.entities else []
+        loaded, cluster = json_tables.read_table(cls, stored.entities[1]) if stored.entities else ([], None)
+        if cluster is not None:  # a brokers table's
+            table.cluster = cluster
     for rec in loaded:
         store[ident(rec)] = rec
-    if request.kind == "brokers" and stored.entities and (cluster := cluster_of(stored.entities[1])) is not None:
-        table.cluster = cluster
     engine.tracker = AlertTracker.from_rows(request.cluster_id, request.settings, stored.alerts)
     engine.horizon = request.meta[0] if request.meta else records.NO_TIME
     return engine, Stored(stored.alerts, from_ipc_chunks(stored.buffer), row_values, logged)
@@ -308,10 +308,7 @@ def _row_values(cls, table: dict, before: dict | None, touched: set) -> dict:
 
 def _json_value(cls, rows: list, cluster=None) -> tuple[int, str] | None:
     """A table's state value: None (cleared) once it holds nothing."""
-    if not rows and cluster is None:
-        return None
-    values = operator.attrgetter(*records.field_names(cls))
-    return len(rows), json_table(cls, [values(r) for r in rows], cluster)
+    return (len(rows), to_json_rows(rows, cls, cluster)) if rows or cluster is not None else None
 
 
 # --- output rows ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 from streaming.config import RuleSettings
 from streaming.engine.keys import KINDS
 from streaming.rules.records import BrokerRecord
-from streaming.spark.json_tables import cluster_of, from_json_rows, replay
+from streaming.spark.json_tables import from_json_rows, read_table, replay
 from streaming.spark.key_steps import StepRequest, StoredState
 from streaming.spark.packs import pack
 from streaming.spark.processor import EpochwatchProcessor
@@ -69,7 +69,7 @@ def stored_value(tester, name: str, key: tuple):
     variable with its log), the brokers table's ``cluster``, or another state variable's value."""
     if name == "cluster":
         value = tester.peekValueState("table", key)
-        return cluster_of(value[1]) if value else None
+        return read_table(BrokerRecord, value[1])[1] if value else None
     if name not in KINDS:
         return tester.peekValueState(name, key)
     value = tester.peekValueState("table", key)
