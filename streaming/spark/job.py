@@ -3,17 +3,15 @@ Alertmanager, Prometheus metrics, console. ``start`` returns the running Streami
 
 from __future__ import annotations
 
-import json
 from typing import Iterable
 
-from streaming.config import ConfigError, Settings
+from streaming.config import Settings
 from streaming.sinks.base import Dispatcher, Sink
 from streaming.spark.cluster_gate import ClusterRegistry
 from streaming.spark.kafka_input import kafka_packs
 from streaming.spark.listeners import ClusterRegistryListener, cluster_registry_path
 from streaming.spark.pipeline import PROCESSING_TIME, detect, detect_packs
 from streaming.spark.session import use_checkpoint
-
 
 # Spark 4.3's error conditions for state that does not match what the query declares
 STATE_LAYOUT_ERRORS = ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
@@ -28,37 +26,6 @@ def failure_text(exception) -> str:
                  "layout; start on a new checkpoint (docs/operations.md, Upgrading, says what that loses "
                  "and how to skip nothing)")
     return text
-
-
-# State variables of builds that kept a variable per kind of key (streaming.spark.processor keeps a
-# key's table in ``table`` whatever its kind): Spark would start on such a checkpoint with every
-# table empty, as a new variable, and forget every broker and client without a word.
-RETIRED_STATE_VARIABLES = frozenset({"brokers", "clients", "clients_log", "nodes", "commits", "cluster"})
-
-
-def refuse_retired_state(spark, location: str) -> None:
-    """Raise a ConfigError if the checkpoint at ``location`` holds state of a retired layout."""
-    jvm = spark.sparkContext._jvm
-    try:
-        state = jvm.org.apache.hadoop.fs.Path(location.rstrip("/") + "/state")
-        if not state.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(state):
-            return
-    except Exception:  # no file system for the scheme here: the query's start says so itself
-        return
-    variables = set()
-    try:
-        for row in spark.read.format("state-metadata").load(location).collect():
-            properties = json.loads(row["operatorProperties"] or "{}")
-            variables |= {v["stateName"] for v in properties.get("stateVariables", [])}
-    except Exception:  # no operator metadata yet (stopped before its first commit): nothing retired
-        return
-    retired = sorted(variables & RETIRED_STATE_VARIABLES)
-    if retired:
-        raise ConfigError("checkpoint_location", f"{location} holds state variables of an older epochwatch build "
-                          f"({', '.join(retired)}) that this one keeps in 'table'; started on it, the job would "
-                          "forget every broker and client it knew",
-                          "start on a new checkpoint (docs/operations.md, Upgrades, says what that loses and how "
-                          "to skip nothing)")
 
 
 def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time_mode: str = PROCESSING_TIME,
@@ -79,7 +46,6 @@ def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time
         packs = kafka_packs(spark, settings, time_mode=time_mode, cluster_registry=registry.path)
         output = detect_packs(packs, settings.rules, time_mode)
     use_checkpoint(spark, settings.checkpoint_location)
-    refuse_retired_state(spark, settings.checkpoint_location)
     writer = (output.writeStream
               .foreachBatch(sinks if isinstance(sinks, Dispatcher) else Dispatcher(list(sinks)))
               .option("checkpointLocation", settings.checkpoint_location)

@@ -24,7 +24,6 @@ import pyarrow.parquet as pq
 from streaming import events
 from streaming.config import Settings
 from streaming.sinks.base import Dispatcher, Sink
-from streaming.spark.job import refuse_retired_state
 from streaming.spark.pipeline import EVENT_TIME, detect
 from streaming.spark.refusals import Refusals
 from streaming.spark.session import use_checkpoint
@@ -132,7 +131,6 @@ def run_staged(spark, settings: Settings, staged: Path, sinks: list[Sink], check
     stream = spark.readStream.schema(spark_schema(True)).option("maxFilesPerTrigger", FILES_PER_CHUNK).parquet(str(staged))
     dispatcher = Dispatcher(sinks)
     use_checkpoint(spark, checkpoint)
-    refuse_retired_state(spark, checkpoint)
     query = (detect(stream, settings.rules, EVENT_TIME, api=api).writeStream
              .foreachBatch(dispatcher)
              .option("checkpointLocation", checkpoint)

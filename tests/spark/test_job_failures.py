@@ -43,7 +43,7 @@ def test_a_checkpoint_of_a_retired_state_layout_is_refused_before_the_query_star
     from pyspark.sql.streaming import StatefulProcessor
 
     from streaming.config import ConfigError
-    from streaming.spark.job import refuse_retired_state
+    from streaming.spark.session import refuse_retired_state
 
     class OldLayout(StatefulProcessor):
         def init(self, handle):
