@@ -172,8 +172,10 @@ class KeyEngine:
 
     def _evaluate(self, now: int, out: StepResult) -> None:
         table = self.table
-        table.dirty = False
         records, gone = self._evaluation().run(now)
+        # after the run: what its own catch-up changed (a broker timed out at `now`) is in these
+        # conditions already, and must not make the next event, whichever it is, evaluate again
+        table.dirty = False
         transitions = table.take_transitions()
         if transitions:
             _say_why_reversed(records, transitions)

@@ -206,6 +206,21 @@ def test_heartbeats_inside_runs_change_nothing_the_engine_reports(events, cut, r
     assert filtered == unfiltered
 
 
+def test_an_evaluation_that_times_a_broker_out_leaves_no_evaluation_for_the_next_event():
+    """Found by the property above. ClusterSilent's deadline evaluation at 9,001 also times the
+    stopping broker 1 out; that must not make whichever event comes next evaluate again: the filter
+    skips the serve at 10,007 the plain engine applies, and the resolved alert described the fleet
+    after broker 2 appeared (2 brokers) with the filter, before it (1 broker) without."""
+    events = [*BASE, hb(1, 1, target="STOPPING"), *_serves([7, 8007, 10007], epoch=8), update(10008, 2, 9),
+              *_serves([10009], epoch=8), hb(10010, 1)]
+    filtered, unfiltered = _run_both(events, batchings(10_000, tail_ms=20_000), RuleSettings())
+    resolved = [a for alerts, *_ in filtered[0] for a in alerts
+                if a["alertname"] == "ClusterSilent" and a["status"] == "resolved"]
+    assert [a["annotations"]["description"] for a in resolved] == [
+        "no heartbeat from any of 1 brokers since 1970-01-01T00:00:00.001Z"]
+    assert filtered == unfiltered
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_every_incident_gives_the_same_alerts_without_the_filter(name):
     result = run_scenario(name)
