@@ -49,6 +49,7 @@ class _BrokerStatusCollector:
 
     def __init__(self):
         self.rows: dict[tuple[str, str], dict] = {}
+        self.cluster_epochs: dict[str, int] = {}  # cluster -> its newest metadata epoch
         self.lock = threading.Lock()
 
     def collect(self):
@@ -63,17 +64,18 @@ class _BrokerStatusCollector:
         lag = GaugeMetricFamily("epochwatch_broker_metadata_epoch_lag", "Controller metadata epoch minus the broker's",
                                 labels=[CLUSTER_LABEL, "broker_id"])
         with self.lock:
-            rows = list(self.rows.items())
+            rows, cluster_epochs = list(self.rows.items()), dict(self.cluster_epochs)
         for (cluster, broker), row in rows:
             current = row.get("state")
             if isinstance(current, int) and 0 <= current < len(BROKER_STATES):
                 current = BROKER_STATES[current]      # KIP-343 numbering: 0 INITIAL ... 3 STOPPING
             for name in BROKER_STATES:
                 state.add_metric([cluster, broker, name], 1.0 if current == name else 0.0)
-            for family, key in ((incarnation, "incarnation_id"), (restarts, "restarts"),
-                                (epoch, "metadata_epoch"), (lag, "metadata_epoch_lag")):
+            for family, key in ((incarnation, "incarnation_id"), (restarts, "restarts"), (epoch, "metadata_epoch")):
                 if row.get(key) is not None:
                     family.add_metric([cluster, broker], float(row[key]))
+            if row.get("metadata_epoch") is not None or row.get("metadata_epoch_lag") is not None:
+                lag.add_metric([cluster, broker], float(epoch_lag(row, cluster_epochs.get(cluster))))
         return [state, incarnation, restarts, epoch, lag]
 
 
@@ -216,6 +218,8 @@ class Metrics:
 
     def observe_cluster(self, cluster_id: str, metadata_epoch: int) -> None:
         self.cluster_metadata_epoch.labels(cluster_id).set(metadata_epoch)
+        with self._brokers.lock:
+            self._brokers.cluster_epochs[cluster_id] = int(metadata_epoch)
 
     def observe_client_summary(self, cluster_id: str, shard: int, stale_clients: int, overdue_clients: int) -> None:
         """Client state is sharded; each shard reports its counts and the cluster sum is exposed."""
@@ -232,6 +236,7 @@ class Metrics:
         with self._brokers.lock:
             for key in [k for k in self._brokers.rows if k[0] == cluster_id]:
                 del self._brokers.rows[key]
+            self._brokers.cluster_epochs.pop(cluster_id, None)
         for key in [k for k in self._client_shards if k[0] == cluster_id]:
             del self._client_shards[key]
         for gauge in (self.cluster_metadata_epoch, self.clients_stale, self.clients_overdue):
@@ -249,6 +254,8 @@ class Metrics:
         with self._brokers.lock:
             for broker_id in broker_ids:
                 self._brokers.rows.pop((cluster_id, str(broker_id)), None)
+            if fleet_empty:
+                self._brokers.cluster_epochs.pop(cluster_id, None)
         if fleet_empty:
             try:
                 self.cluster_metadata_epoch.remove(cluster_id)
@@ -335,6 +342,16 @@ def input_records(progress: Mapping) -> tuple[int, float, float]:
         scale = records / rows if rows else 0.0
     return (records, _number(progress.get("inputRowsPerSecond")) * scale,
             _number(progress.get("processedRowsPerSecond")) * scale)
+
+
+def epoch_lag(row: Mapping, cluster_epoch: int | None) -> int:
+    """A broker status row's metadata epoch lag against the cluster's newest epoch: a broker cut
+    off from the controller sends nothing, so its own row, written when it was last heard from,
+    keeps the lag it had then while the cluster's epoch moves on."""
+    known = row.get("metadata_epoch")
+    if cluster_epoch is not None and isinstance(known, int) and known >= 0:
+        return max(0, cluster_epoch - known)
+    return int(row.get("metadata_epoch_lag") or 0)
 
 
 def source_lag(source: Mapping) -> float | None:

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Mapping, NamedTuple
 
 from streaming.config import RuleSettings
 from streaming.rules.table import EXPIRED_SUMMARY, RESET_SUMMARY
-from streaming.sinks.metrics import input_records, source_lag
+from streaming.sinks.metrics import epoch_lag, input_records, source_lag
 from streaming.times import utc_text
 
 OK, WARN, ERR = "OK", "WARN", "ERR"
@@ -182,7 +182,7 @@ class StatusBoard:
         for broker_id in [b for b in behind if b not in fleet]:
             del behind[broker_id]
         for broker_id, row in fleet.items():
-            if _epoch_lag(row, epoch) > 0:
+            if epoch_lag(row, epoch) > 0:
                 behind.setdefault(broker_id, now)
             else:
                 behind.pop(broker_id, None)
@@ -230,7 +230,7 @@ def _cluster_view(p: ClusterParts, now: int) -> dict:
                         "fenced": [_fenced(p, b, now) for b in fenced],
                         "stopping": [{"broker_id": b, **_held(p.brokers[b], now)} for b in stopping],
                         "lagging": [{"broker_id": b, "metadata_epoch": p.brokers[b].get("metadata_epoch"),
-                                     "lag": _epoch_lag(p.brokers[b], p.epoch), "for_s": _seconds(now - p.behind[b])}
+                                     "lag": epoch_lag(p.brokers[b], p.epoch), "for_s": _seconds(now - p.behind[b])}
                                     for b in lagging]},
             "clients": {**_client_counts(p.shards), "stale_examples": _examples(p.shards, "stale_examples"),
                         "overdue_examples": _examples(p.shards, "overdue_examples")}}
@@ -289,7 +289,7 @@ def _by_state(brokers: dict[int, dict]) -> dict[str, int]:
 def _fenced(p: ClusterParts, broker_id: int, now: int) -> dict:
     row = p.brokers[broker_id]
     return {"broker_id": broker_id, "reason": row.get("inactive_reason") or None, **_held(row, now),
-            "metadata_epoch": row.get("metadata_epoch"), "lag": _epoch_lag(row, p.epoch)}
+            "metadata_epoch": row.get("metadata_epoch"), "lag": epoch_lag(row, p.epoch)}
 
 
 def _held(row: Mapping, now: int) -> dict:
@@ -298,15 +298,6 @@ def _held(row: Mapping, now: int) -> dict:
     if not isinstance(since, int) or since < 0:
         return {"since": None, "for_s": None}
     return {"since": utc_text(since), "for_s": _seconds(now - since)}
-
-
-def _epoch_lag(row: Mapping, cluster_epoch: int | None) -> int:
-    """Against the cluster's newest epoch: a broker cut off from the controller sends nothing, so its
-    own row, written when it was last heard from, keeps the lag it had then."""
-    known = row.get("metadata_epoch")
-    if cluster_epoch is not None and isinstance(known, int) and known >= 0:
-        return max(0, cluster_epoch - known)
-    return int(row.get("metadata_epoch_lag") or 0)
 
 
 def _client_counts(shards: list[dict]) -> dict:

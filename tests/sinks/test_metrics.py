@@ -89,6 +89,28 @@ def test_broker_state_is_one_hot_and_follows_the_latest_row():
     assert value(m, "epochwatch_broker_metadata_epoch_lag", broker_id=3, kafka_cluster="c1") == 3
 
 
+def test_a_silent_brokers_epoch_lag_follows_the_cluster():
+    """Why: a broker cut off from the controller sends nothing, so no new status row comes for it:
+    its lag must grow with the cluster's newest epoch, not stay at what it was when last heard from
+    (the status view counts the same way)."""
+    m = Metrics()
+    m.observe_broker_status([{"cluster_id": "c1", "broker_id": 3, "state": "ACTIVE", "metadata_epoch": 5,
+                              "metadata_epoch_lag": 0},
+                             {"cluster_id": "c1", "broker_id": 4, "state": "INITIAL", "metadata_epoch": -1,
+                              "metadata_epoch_lag": 0}])
+    m.observe_cluster("c1", 5)
+    assert value(m, "epochwatch_broker_metadata_epoch_lag", broker_id=3, kafka_cluster="c1") == 0
+    m.observe_cluster("c1", 9)
+    assert value(m, "epochwatch_broker_metadata_epoch_lag", broker_id=3, kafka_cluster="c1") == 4
+    # an epoch not known yet is behind on nothing
+    assert value(m, "epochwatch_broker_metadata_epoch_lag", broker_id=4, kafka_cluster="c1") == 0
+    m.forget_cluster("c1")
+    m.observe_broker_status([{"cluster_id": "c1", "broker_id": 3, "state": "ACTIVE", "metadata_epoch": 5,
+                              "metadata_epoch_lag": 1}])
+    assert value(m, "epochwatch_broker_metadata_epoch_lag", broker_id=3, kafka_cluster="c1") == 1, \
+        "the forgotten cluster's epoch is gone with it"
+
+
 def test_a_partial_broker_row_keeps_the_other_fields():
     m = Metrics()
     m.observe_broker_status([{"cluster_id": "c1", "broker_id": 1, "state": "ACTIVE", "incarnation_id": 4}])
