@@ -7,11 +7,11 @@ from typing import Iterable
 
 from streaming.config import Settings
 from streaming.sinks.base import Dispatcher, Sink
+from streaming.spark.checkpoint import use_checkpoint
 from streaming.spark.cluster_gate import ClusterRegistry
 from streaming.spark.kafka_input import kafka_packs
 from streaming.spark.listeners import ClusterRegistryListener, cluster_registry_path
 from streaming.spark.pipeline import PROCESSING_TIME, detect, detect_packs
-from streaming.spark.session import use_checkpoint
 
 # Spark 4.3's error conditions for state that does not match what the query declares
 STATE_LAYOUT_ERRORS = ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",

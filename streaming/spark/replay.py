@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 from streaming import events
 from streaming.config import Settings
 from streaming.sinks.base import Dispatcher, Sink
+from streaming.spark.checkpoint import use_checkpoint
 from streaming.spark.pipeline import EVENT_TIME, detect
 from streaming.spark.refusals import Refusals
-from streaming.spark.session import use_checkpoint
 from udfs.event_columns import arrow_schema, spark_schema
 
 _TIMESTAMP_COLUMNS = ("event_time", "kafka_timestamp")

@@ -31,39 +31,3 @@ def test_available_now_in_processing_time_is_refused_before_anything_starts():
 
     with pytest.raises(ValueError, match="EventTime"):
         start(None, config.load(), [], time_mode=PROCESSING_TIME, available_now=True)
-
-
-@pytest.mark.spark
-def test_a_checkpoint_of_a_retired_state_layout_is_refused_before_the_query_starts(spark, tmp_path):
-    """Why: Spark starts a query on a checkpoint whose state variables it no longer declares, each
-    new variable empty: a job upgraded from a build with a variable per kind of key would forget
-    every broker and client it knew, and say nothing (seen: its first batches resolved every open
-    alert of a cluster it no longer held)."""
-    import pandas as pd
-    from pyspark.sql.streaming import StatefulProcessor
-
-    from streaming.config import ConfigError
-    from streaming.spark.session import refuse_retired_state
-
-    class OldLayout(StatefulProcessor):
-        def init(self, handle):
-            self.brokers = handle.getValueState("brokers", "count long")
-
-        def handleInputRows(self, key, rows, timerValues):
-            count = sum(len(pdf) for pdf in rows)
-            self.brokers.update((count,))
-            yield pd.DataFrame({"k": [key[0]], "n": [count]})
-
-    source = tmp_path / "in"
-    spark.createDataFrame([("c1",), ("c1",), ("c2",)], "k string").write.parquet(str(source))
-    checkpoint = str(tmp_path / "ckpt")
-    refuse_retired_state(spark, checkpoint)  # nothing there yet: nothing to refuse
-    query = (spark.readStream.schema("k string").parquet(str(source)).groupBy("k")
-             .transformWithStateInPandas(OldLayout(), outputStructType="k string, n long", outputMode="Append",
-                                         timeMode="None")
-             .writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    query.awaitTermination(120)
-    assert query.exception() is None
-    with pytest.raises(ConfigError, match="brokers") as refused:
-        refuse_retired_state(spark, checkpoint)
-    assert refused.value.key == "checkpoint_location" and "new checkpoint" in refused.value.fix

@@ -46,37 +46,3 @@ def test_local_masters_retry_failed_tasks(master, expected, why):
     from streaming.spark.session import with_task_retries
 
     assert with_task_retries(master) == expected, why
-
-
-def test_a_local_checkpoint_gets_the_file_system_manager_and_a_remote_one_does_not(spark, tmp_path):
-    """Why: the default (FileContext) manager runs `readlink` as a process for every rename on a
-    local disk; the FileSystem one's rename would not overwrite on HDFS or an object store."""
-    from streaming.spark.session import CHECKPOINT_MANAGER_KEY, LOCAL_CHECKPOINT_MANAGER, use_checkpoint
-
-    before = spark.conf.get(CHECKPOINT_MANAGER_KEY, None)
-    try:
-        spark.conf.unset(CHECKPOINT_MANAGER_KEY)
-        use_checkpoint(spark, str(tmp_path / "ckpt"))
-        assert spark.conf.get(CHECKPOINT_MANAGER_KEY) == LOCAL_CHECKPOINT_MANAGER
-        use_checkpoint(spark, f"file://{tmp_path}/ckpt")
-        assert spark.conf.get(CHECKPOINT_MANAGER_KEY) == LOCAL_CHECKPOINT_MANAGER
-        use_checkpoint(spark, "s3a://bucket/ckpt")  # no S3 jars here: not local either way
-        assert spark.conf.get(CHECKPOINT_MANAGER_KEY, None) is None
-
-        chosen = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
-        spark.conf.set(CHECKPOINT_MANAGER_KEY, chosen)
-        use_checkpoint(spark, str(tmp_path / "ckpt"))
-        use_checkpoint(spark, "s3a://bucket/ckpt")
-        assert spark.conf.get(CHECKPOINT_MANAGER_KEY) == chosen, "the operator's choice stays"
-    finally:
-        spark.conf.unset(CHECKPOINT_MANAGER_KEY)
-        spark.conf.unset("spark.epochwatch.localCheckpointManager")
-        if before is not None:
-            spark.conf.set(CHECKPOINT_MANAGER_KEY, before)
-
-
-def test_a_path_without_a_scheme_goes_where_hadoop_sends_it(spark):
-    from streaming.spark.session import checkpoint_file_system
-
-    assert checkpoint_file_system(spark, "/var/lib/epochwatch/checkpoint") == "file"  # fs.defaultFS here
-    assert checkpoint_file_system(spark, "no-such-scheme://x/y") is None

@@ -16,8 +16,8 @@ from streaming.engine.keys import CLIENTS
 from streaming.rules.records import BrokerRecord, ClientRecord
 from streaming.sinks.memory import MemorySink
 from streaming.spark import json_tables
+from streaming.spark.checkpoint import refuse_retired_state
 from streaming.spark.replay import replay
-from streaming.spark.session import refuse_retired_state
 from streaming.spark.state_schema import cluster_rows, json_rows, schema_of, table_rows
 from streaming.tools.simulate import run_scenario
 
