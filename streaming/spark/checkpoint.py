@@ -20,11 +20,13 @@ LOCAL_CHECKPOINT_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointi
 _SET_BY_US = "spark.epochwatch.localCheckpointManager"
 
 
-def use_checkpoint(spark, location: str) -> None:
+def use_checkpoint(spark, location: str, client_shards: int) -> None:
     """Before a query starts on ``location``: the local checkpoint file manager if that is on the
     local file system and the user chose no manager; taken back for a checkpoint elsewhere. A
-    checkpoint of a retired state layout is refused (refuse_retired_state)."""
+    checkpoint of a retired state layout is refused (refuse_retired_state), and one whose state
+    is keyed by another client shard count (keep_client_shards)."""
     refuse_retired_state(spark, location)
+    keep_client_shards(spark, location, client_shards)
     local = checkpoint_file_system(spark, location) == "file"
     if local and spark.conf.get(CHECKPOINT_MANAGER_KEY, None) is None:
         spark.conf.set(CHECKPOINT_MANAGER_KEY, LOCAL_CHECKPOINT_MANAGER)
@@ -76,3 +78,51 @@ def refuse_retired_state(spark, location: str) -> None:
                           "start on a new checkpoint (docs/operations.md, Upgrades, says what that loses and how "
                           "to skip nothing)")
 
+
+# A client or consumer group lives in the key its id hashes to among rules.state.client.shards
+# (streaming.spark.routing): under another count its history, open alerts included, would stay in
+# its old key while its new events start it afresh in another. Spark cannot tell: the keys are
+# the same shape. So the count a checkpoint's state was keyed by is recorded beside it.
+SHARDS_RECORD = "epochwatch-shards.json"
+
+
+def keep_client_shards(spark, location: str, client_shards: int) -> None:
+    """Raise a ConfigError if the state at ``location`` is keyed by another client shard count;
+    record ``client_shards`` there when nothing is recorded yet or the checkpoint holds no state
+    (a checkpoint of a build before the record is taken to hold the count configured now)."""
+    found = _file_system(spark, location)
+    if found is None:
+        return
+    fs, root = found
+    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
+    record = hadoop_path(root, SHARDS_RECORD)
+    if fs.exists(hadoop_path(root, "state")) and fs.exists(record):
+        recorded = _recorded_shards(spark, fs, record)
+        if recorded != client_shards:
+            raise ConfigError("rules.state.client.shards",
+                              f"the state in {location} is keyed by {recorded} client shards, this config says "
+                              f"{client_shards}: every client and consumer group would keep its history and open "
+                              "alerts in the key of the old count and start afresh in another",
+                              f"set rules.state.client.shards: {recorded}, or start on a new checkpoint "
+                              "(docs/operations.md, Checkpoint)")
+        return
+    out = fs.create(record, True)
+    try:
+        out.write(bytearray(json.dumps({"client_shards": client_shards}).encode()))
+    finally:
+        out.close()
+
+
+def _recorded_shards(spark, fs, record) -> int:
+    try:
+        stream = fs.open(record)
+        try:
+            text = spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+        return int(json.loads(text)["client_shards"])
+    except Exception as exc:  # unreadable (a local file edited by hand fails its checksum), or not ours
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise ConfigError("checkpoint_location", f"{record} is not the client shard record this build writes "
+                          f"({reason})", "delete it if the checkpoint's state is keyed by the rules.state.client.shards "
+                          "configured now (the start records that count again), or start on a new checkpoint") from None

@@ -45,7 +45,7 @@ def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time
         ClusterRegistryListener.of(spark).registries[query_name] = registry
         packs = kafka_packs(spark, settings, time_mode=time_mode, cluster_registry=registry.path)
         output = detect_packs(packs, settings.rules, time_mode)
-    use_checkpoint(spark, settings.checkpoint_location)
+    use_checkpoint(spark, settings.checkpoint_location, settings.rules.client_shards)
     writer = (output.writeStream
               .foreachBatch(sinks if isinstance(sinks, Dispatcher) else Dispatcher(list(sinks)))
               .option("checkpointLocation", settings.checkpoint_location)

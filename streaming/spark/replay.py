@@ -130,7 +130,7 @@ def run_staged(spark, settings: Settings, staged: Path, sinks: list[Sink], check
     """The detection query over staged chunks (EventTime, availableNow); returns the finished query."""
     stream = spark.readStream.schema(spark_schema(True)).option("maxFilesPerTrigger", FILES_PER_CHUNK).parquet(str(staged))
     dispatcher = Dispatcher(sinks)
-    use_checkpoint(spark, checkpoint)
+    use_checkpoint(spark, checkpoint, settings.rules.client_shards)
     query = (detect(stream, settings.rules, EVENT_TIME, api=api).writeStream
              .foreachBatch(dispatcher)
              .option("checkpointLocation", checkpoint)

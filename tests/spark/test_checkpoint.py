@@ -1,5 +1,9 @@
 """streaming.spark.checkpoint: what a checkpoint gets, and what is refused, before a query starts on it."""
 
+import dataclasses
+import io
+import json
+
 import pytest
 
 
@@ -11,17 +15,17 @@ def test_a_local_checkpoint_gets_the_file_system_manager_and_a_remote_one_does_n
     before = spark.conf.get(CHECKPOINT_MANAGER_KEY, None)
     try:
         spark.conf.unset(CHECKPOINT_MANAGER_KEY)
-        use_checkpoint(spark, str(tmp_path / "ckpt"))
+        use_checkpoint(spark, str(tmp_path / "ckpt"), 16)
         assert spark.conf.get(CHECKPOINT_MANAGER_KEY) == LOCAL_CHECKPOINT_MANAGER
-        use_checkpoint(spark, f"file://{tmp_path}/ckpt")
+        use_checkpoint(spark, f"file://{tmp_path}/ckpt", 16)
         assert spark.conf.get(CHECKPOINT_MANAGER_KEY) == LOCAL_CHECKPOINT_MANAGER
-        use_checkpoint(spark, "s3a://bucket/ckpt")  # no S3 jars here: not local either way
+        use_checkpoint(spark, "s3a://bucket/ckpt", 16)  # no S3 jars here: not local either way
         assert spark.conf.get(CHECKPOINT_MANAGER_KEY, None) is None
 
         chosen = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
         spark.conf.set(CHECKPOINT_MANAGER_KEY, chosen)
-        use_checkpoint(spark, str(tmp_path / "ckpt"))
-        use_checkpoint(spark, "s3a://bucket/ckpt")
+        use_checkpoint(spark, str(tmp_path / "ckpt"), 16)
+        use_checkpoint(spark, "s3a://bucket/ckpt", 16)
         assert spark.conf.get(CHECKPOINT_MANAGER_KEY) == chosen, "the operator's choice stays"
     finally:
         spark.conf.unset(CHECKPOINT_MANAGER_KEY)
@@ -72,3 +76,64 @@ def test_a_checkpoint_of_a_retired_state_layout_is_refused_before_the_query_star
         refuse_retired_state(spark, checkpoint)
     assert refused.value.key == "checkpoint_location" and "new checkpoint" in refused.value.fix
 
+
+@pytest.mark.spark
+def test_a_checkpoint_keyed_by_another_client_shard_count_is_refused(spark, tmp_path):
+    """Why: a client lives in the key its id hashes to among the shards; under another count its
+    history and open alerts would stay in the old key while its new events start it afresh in
+    another, and Spark cannot tell (the keys have the same shape)."""
+    from streaming import config
+    from streaming.config import ConfigError
+    from streaming.sinks.memory import MemorySink
+    from streaming.spark.checkpoint import SHARDS_RECORD, keep_client_shards
+    from streaming.spark.replay import replay
+    from streaming.tools.simulate import run_scenario
+
+    result = run_scenario("partitioned_broker")
+    text = "".join(json.dumps(ev) + "\n" for ev in result.events)
+    base = config.load()
+
+    def replay_with(shards: int, sink: MemorySink):
+        rules = dataclasses.replace(result.truth.rule_settings(), client_shards=shards)
+        settings = type(base)(kafka=base.kafka, rules=rules, sinks=base.sinks)
+        replay(spark, settings, io.StringIO(text), "scenario", [sink], chunk_events=500, checkpoint=checkpoint)
+
+    checkpoint = str(tmp_path / "ckpt")
+    keep_client_shards(spark, checkpoint, 16)  # no state yet: any count may start it
+    replay_with(4, MemorySink())
+    assert json.loads((tmp_path / "ckpt" / SHARDS_RECORD).read_text()) == {"client_shards": 4}
+
+    with pytest.raises(ConfigError) as refused:
+        replay_with(16, MemorySink())
+    assert refused.value.key == "rules.state.client.shards"
+    assert "keyed by 4 client shards" in refused.value.problem and "client.shards: 4" in refused.value.fix
+
+    replay_with(4, MemorySink())  # the same count goes on where it was
+    assert json.loads((tmp_path / "ckpt" / SHARDS_RECORD).read_text()) == {"client_shards": 4}
+
+
+@pytest.mark.spark
+def test_a_checkpoint_without_a_shard_record_takes_the_count_configured_now(spark, tmp_path):
+    """A checkpoint of a build before the record: its count cannot be known, the configured one
+    is recorded (the upgrade notes say so); a record that cannot be read names itself."""
+    from streaming.config import ConfigError
+    from streaming.spark.checkpoint import SHARDS_RECORD, keep_client_shards
+
+    checkpoint = tmp_path / "ckpt"
+    (checkpoint / "state").mkdir(parents=True)
+    keep_client_shards(spark, str(checkpoint), 8)
+    assert json.loads((checkpoint / SHARDS_RECORD).read_text()) == {"client_shards": 8}
+    keep_client_shards(spark, str(checkpoint), 8)
+
+    (checkpoint / SHARDS_RECORD).write_text('{"client_shards": 4}')  # by hand: Hadoop's checksum fails
+    with pytest.raises(ConfigError) as unreadable:
+        keep_client_shards(spark, str(checkpoint), 8)
+    assert unreadable.value.key == "checkpoint_location" and SHARDS_RECORD in unreadable.value.problem
+    (checkpoint / f".{SHARDS_RECORD}.crc").unlink()
+    (checkpoint / SHARDS_RECORD).write_text("{}")
+    with pytest.raises(ConfigError, match="client_shards") as not_ours:
+        keep_client_shards(spark, str(checkpoint), 8)
+    assert not_ours.value.key == "checkpoint_location"
+    (checkpoint / SHARDS_RECORD).unlink()  # the fix it names
+    keep_client_shards(spark, str(checkpoint), 8)
+    assert json.loads((checkpoint / SHARDS_RECORD).read_text()) == {"client_shards": 8}
