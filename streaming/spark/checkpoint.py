@@ -52,6 +52,11 @@ def _file_system(spark, location: str):
         return None
 
 
+def _holds_state(spark, fs, root) -> bool:
+    """Whether Spark has written state into the checkpoint at ``root`` (its first commit has)."""
+    return bool(fs.exists(spark.sparkContext._jvm.org.apache.hadoop.fs.Path(root, "state")))
+
+
 # State variables of builds that kept a variable per kind of key (streaming.spark.processor keeps a
 # key's table in ``table`` whatever its kind): Spark would start on such a checkpoint with every
 # table empty, as a new variable, and forget every broker and client without a word.
@@ -60,8 +65,8 @@ RETIRED_STATE_VARIABLES = frozenset({"brokers", "clients", "clients_log", "nodes
 
 def refuse_retired_state(spark, location: str) -> None:
     """Raise a ConfigError if the checkpoint at ``location`` holds state of a retired layout."""
-    fs = _file_system(spark, location.rstrip("/") + "/state")
-    if fs is None or not fs[0].exists(fs[1]):
+    found = _file_system(spark, location)
+    if found is None or not _holds_state(spark, *found):
         return
     variables = set()
     try:
@@ -94,9 +99,8 @@ def keep_client_shards(spark, location: str, client_shards: int) -> None:
     if found is None:
         return
     fs, root = found
-    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
-    record = hadoop_path(root, SHARDS_RECORD)
-    if fs.exists(hadoop_path(root, "state")) and fs.exists(record):
+    record = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(root, SHARDS_RECORD)
+    if _holds_state(spark, fs, root) and fs.exists(record):
         recorded = _recorded_shards(spark, fs, record)
         if recorded != client_shards:
             raise ConfigError("rules.state.client.shards",
