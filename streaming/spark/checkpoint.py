@@ -93,28 +93,53 @@ SHARDS_RECORD = "epochwatch-shards.json"
 
 def keep_client_shards(spark, location: str, client_shards: int) -> None:
     """Raise a ConfigError if the state at ``location`` is keyed by another client shard count;
-    record ``client_shards`` there when nothing is recorded yet or the checkpoint holds no state
-    (a checkpoint of a build before the record is taken to hold the count configured now)."""
+    record ``client_shards`` there when nothing is recorded yet or the checkpoint holds no state.
+    A checkpoint of a build before the record is refused if its state holds a shard the count
+    configured now does not have (those builds had 16 unless set); otherwise it is taken to hold
+    the count configured now, which its keys cannot disprove."""
     found = _file_system(spark, location)
     if found is None:
         return
     fs, root = found
     record = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(root, SHARDS_RECORD)
-    if _holds_state(spark, fs, root) and fs.exists(record):
-        recorded = _recorded_shards(spark, fs, record)
-        if recorded != client_shards:
-            raise ConfigError("rules.state.client.shards",
-                              f"the state in {location} is keyed by {recorded} client shards, this config says "
-                              f"{client_shards}: every client and consumer group would keep its history and open "
-                              "alerts in the key of the old count and start afresh in another",
-                              f"set rules.state.client.shards: {recorded}, or start on a new checkpoint "
-                              "(docs/operations.md, Checkpoint)")
-        return
+    if _holds_state(spark, fs, root):
+        if fs.exists(record):
+            recorded = _recorded_shards(spark, fs, record)
+            if recorded != client_shards:
+                raise _keyed_otherwise(location, f"{recorded} client shards", f"{recorded}", client_shards)
+            return
+        fewest = _fewest_shards(spark, location)
+        if fewest > client_shards:
+            raise _keyed_otherwise(location, f"at least {fewest} client shards (the checkpoint has no record of the count: builds "
+                                   "before the record had 16 unless set)",
+                                   "the count this checkpoint ran with (16 unless it was set)", client_shards)
     out = fs.create(record, True)
     try:
         out.write(bytearray(json.dumps({"client_shards": client_shards}).encode()))
     finally:
         out.close()
+
+
+def _keyed_otherwise(location: str, keyed: str, fix: str, configured: int) -> ConfigError:
+    return ConfigError("rules.state.client.shards",
+                       f"the state in {location} is keyed by {keyed}, this config says {configured}: "
+                       "every client and consumer group would keep its history and open alerts in the key of the "
+                       "old count and start afresh in another",
+                       f"set rules.state.client.shards: {fix}, or start on a new checkpoint (docs/operations.md, "
+                       "Checkpoint)")
+
+
+def _fewest_shards(spark, location: str) -> int:
+    """The fewest client shards the state at ``location`` can be keyed by: one more than the
+    highest shard any clients or commits key has (0 without such keys)."""
+    from pyspark.sql import functions as F
+
+    try:
+        keys = spark.read.format("statestore").option("stateVarName", "meta").load(location)
+        highest = keys.where(F.col("key.kind").isin("clients", "commits")).agg(F.max("key.shard")).first()[0]
+    except Exception:  # no state committed yet (stopped before its first commit): no key to go by
+        return 0
+    return 0 if highest is None else int(highest) + 1
 
 
 def _recorded_shards(spark, fs, record) -> int:

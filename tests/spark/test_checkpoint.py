@@ -111,11 +111,24 @@ def test_a_checkpoint_keyed_by_another_client_shard_count_is_refused(spark, tmp_
     replay_with(4, MemorySink())  # the same count goes on where it was
     assert json.loads((tmp_path / "ckpt" / SHARDS_RECORD).read_text()) == {"client_shards": 4}
 
+    # A checkpoint of a build before the record (16 shards by default then): its keys' highest
+    # shard says the fewest shards it can be keyed by, and fewer are refused.
+    (tmp_path / "ckpt" / SHARDS_RECORD).unlink()
+    (tmp_path / "ckpt" / f".{SHARDS_RECORD}.crc").unlink()
+    with pytest.raises(ConfigError) as unrecorded:
+        keep_client_shards(spark, checkpoint, 2)
+    assert unrecorded.value.key == "rules.state.client.shards"
+    assert "keyed by at least 4 client shards" in unrecorded.value.problem and "16 unless" in unrecorded.value.fix
+    assert not (tmp_path / "ckpt" / SHARDS_RECORD).exists()
+    keep_client_shards(spark, checkpoint, 4)
+    assert json.loads((tmp_path / "ckpt" / SHARDS_RECORD).read_text()) == {"client_shards": 4}
+
 
 @pytest.mark.spark
 def test_a_checkpoint_without_a_shard_record_takes_the_count_configured_now(spark, tmp_path):
-    """A checkpoint of a build before the record: its count cannot be known, the configured one
-    is recorded (the upgrade notes say so); a record that cannot be read names itself."""
+    """A checkpoint of a build before the record whose keys say nothing of the count (here: no
+    state committed): the configured one is recorded (the upgrade notes say so); a record that
+    cannot be read names itself."""
     from streaming.config import ConfigError
     from streaming.spark.checkpoint import SHARDS_RECORD, keep_client_shards
 
