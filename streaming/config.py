@@ -167,7 +167,11 @@ class RuleSettings:
     max_epoch_jump: int = field(default=2**40, metadata=_alias("event.max.epoch.jump"))
     # a controller epoch grows by one per election
     max_controller_epoch_jump: int = field(default=100_000, metadata=_alias("event.max.controller.epoch.jump"))
-    client_shards: int = field(default=16, metadata=_alias("state.client.shards"))
+    # Every key that gets events costs a stateful task a few ms a micro-batch whatever it holds, so
+    # a cluster's clients and groups are split no further than its work needs: about one shard per
+    # state partition (figures: bench/RESULTS.md, Live latency and silence). Builds before this
+    # default had 16.
+    client_shards: int = field(default=2, metadata=_alias("state.client.shards"))
     # How many entities one cluster may hold in state (streaming.rules.records.over_capacity): a
     # producer inventing ids (a bug, a forgery) fills dead letters, not the state store. Clients
     # and commit partitions are capped per shard, at the cluster's cap over the shards.
@@ -553,7 +557,8 @@ def _problems(settings: Settings) -> Iterator[ConfigError]:
             yield ConfigError("collect.exporter.urls", f"{u!r} is not an http(s) URL",
                               "list the exporters' URLs, comma-separated, e.g. http://broker-1:7071/metrics")
     if r.client_shards < 1:
-        yield ConfigError("rules.state.client.shards", "must be at least 1", "use e.g. 16 (at least 4x the shuffle partitions)")
+        yield ConfigError("rules.state.client.shards", "must be at least 1",
+                          "use the number of state partitions (spark.sql.shuffle.partitions), or 1 for many small clusters")
     for key, value in (("state.max.brokers.per.cluster", r.max_brokers), ("state.max.nodes.per.cluster", r.max_nodes),
                        ("state.max.clients.per.cluster", r.max_clients),
                        ("state.max.commit.partitions.per.cluster", r.max_commit_partitions),
