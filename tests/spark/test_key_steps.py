@@ -11,7 +11,7 @@ import pytest
 
 from streaming.config import RuleSettings
 from streaming.spark.key_steps import WRITE_TO_READ_MS, EngineCache, KeySteps, StepOutput, StepRequest, StoredState
-from streaming.spark.routing import routes
+from streaming.spark.routing import routes, shard_of
 from streaming.tools.simulate import run_scenario
 from tests.support.builders import hb, response
 from tests.support.key_feed import empty_state, packed, request
@@ -56,11 +56,12 @@ def test_a_stale_incident_that_ends_quietly_is_stored_by_a_kept_engine():
     no event of that client, changes the client all the same and must reach the store."""
     rules = RuleSettings()
     quiet = rules.stale_incident_quiet_ms
+    other = next(c for c in "bcdefgh" if shard_of(c, rules.client_shards) != shard_of("a", rules.client_shards))
     events = [response(0, "a", 1, 5), response(1_000, "a", 2, 3)]  # broker 2 answers an older epoch
-    events += [response(t, "b", 1, 5) for t in range(2_000, 2 * quiet, 1_000)]  # only client b after that
+    events += [response(t, other, 1, 5) for t in range(2_000, 2 * quiet, 1_000)]  # only the other client after that
     keys = sorted({(ev["cluster_id"], kind, shard) for ev in events for kind, shard in routes(ev, rules.client_shards)
                    if kind == "clients"})
-    assert len(keys) == 2, "a and b in shards of their own: a's shard has no event while the incident ends"
+    assert len(keys) == 2, "a and the other in shards of their own: a's shard has no event while the incident ends"
     step_kept_and_rebuilt(events, rules, keys, batch=10)
 
 
@@ -71,7 +72,7 @@ def step_kept_and_rebuilt(events: list[dict], rules: RuleSettings, keys: list[tu
     for key in keys:
         meta, stored = None, None
         for start in range(0, len(events), batch):
-            packs = packed(events[start:start + batch], key)
+            packs = packed(events[start:start + batch], key, rules.client_shards)
             clock = max(ev["event_time"] for ev in events[:start + batch])
             step = request(rules, key, packs, meta, clock)
             kept = kept_steps.step(step) or kept_steps.step(step, empty_state())

@@ -24,8 +24,8 @@ from tests.support.key_feed import pack_time, packed
 BATCH = 1500
 
 
-def _feed(tester, key, events, clock_ms):
-    frame = pa.table({"payload": packed(events, key)}).to_pandas()
+def _feed(tester, key, events, clock_ms, client_shards=16):
+    frame = pa.table({"payload": packed(events, key, client_shards)}).to_pandas()
     frame["clock_ms"], frame["event_time"] = clock_ms, None
     return tester.testInPandas(key, frame) if len(frame) else None
 
@@ -58,7 +58,7 @@ def test_the_processor_gives_what_the_engine_gives_with_its_own_buffer(name, kin
         batch = [ev for ev in events[i:i + BATCH] if key[1:] in routes(ev, rules.client_shards)]
         if not batch:
             continue
-        frames.append(_feed(tester, key, batch, clock))
+        frames.append(_feed(tester, key, batch, clock, rules.client_shards))
         expected += engine.step(batch, clock - rules.allowed_lateness_ms).alerts
         waited += sum(count for count, _ in tester.peekListState("buffer", key))
     end = max(ev["event_time"] for ev in mine) + 3_600_000

@@ -21,11 +21,12 @@ from streaming.spark.routing import routes
 from tests.support.engine_hosts import KEY
 
 
-def packed(events: list[dict], key: tuple) -> list[bytes]:
-    """The payloads Spark would hand the processor for ``key``: events routed there, packed."""
+def packed(events: list[dict], key: tuple, client_shards: int = 16) -> list[bytes]:
+    """The payloads Spark would hand the processor for ``key``: events routed there among
+    ``client_shards`` (as the test picked its key), packed."""
     rows = []
     for ev in events:
-        if ev["cluster_id"] != key[0] or key[1:] not in routes(ev, 16):
+        if ev["cluster_id"] != key[0] or key[1:] not in routes(ev, client_shards):
             continue
         rows.append({**ev, "event_time": datetime.fromtimestamp(ev["event_time"] / 1000, timezone.utc),
                      "event_ms": ev["event_time"], "kind": key[1], "shard": key[2]})
