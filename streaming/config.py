@@ -169,8 +169,7 @@ class RuleSettings:
     max_controller_epoch_jump: int = field(default=100_000, metadata=_alias("event.max.controller.epoch.jump"))
     # Every key that gets events costs a stateful task a few ms a micro-batch whatever it holds, so
     # a cluster's clients and groups are split no further than its work needs: about one shard per
-    # state partition (figures: bench/RESULTS.md, Live latency and silence). Builds before this
-    # default had 16.
+    # state partition (figures: bench/RESULTS.md, Live latency and silence).
     client_shards: int = field(default=2, metadata=_alias("state.client.shards"))
     # How many entities one cluster may hold in state (streaming.rules.records.over_capacity): a
     # producer inventing ids (a bug, a forgery) fills dead letters, not the state store. Clients
@@ -558,7 +557,8 @@ def _problems(settings: Settings) -> Iterator[ConfigError]:
                               "list the exporters' URLs, comma-separated, e.g. http://broker-1:7071/metrics")
     if r.client_shards < 1:
         yield ConfigError("rules.state.client.shards", "must be at least 1",
-                          "use the number of state partitions (spark.sql.shuffle.partitions), or 1 for many small clusters")
+                          "use the number of state partitions (spark.sql.shuffle.partitions), "
+                          "or 1 for many small clusters")
     for key, value in (("state.max.brokers.per.cluster", r.max_brokers), ("state.max.nodes.per.cluster", r.max_nodes),
                        ("state.max.clients.per.cluster", r.max_clients),
                        ("state.max.commit.partitions.per.cluster", r.max_commit_partitions),

@@ -110,8 +110,8 @@ def keep_client_shards(spark, location: str, client_shards: int) -> None:
             return
         fewest = _fewest_shards(spark, location)
         if fewest > client_shards:
-            raise _keyed_otherwise(location, f"at least {fewest} client shards (the checkpoint has no record of the count: builds "
-                                   "before the record had 16 unless set)",
+            raise _keyed_otherwise(location, f"at least {fewest} client shards (the checkpoint has no record of "
+                                             "the count: builds before the record had 16 unless set)",
                                    "the count this checkpoint ran with (16 unless it was set)", client_shards)
     out = fs.create(record, True)
     try:

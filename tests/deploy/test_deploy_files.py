@@ -237,8 +237,8 @@ def test_pods_run_as_the_image_user_and_own_the_checkpoint_volume_through_fsgrou
 def test_state_partitions_have_one_source_of_truth(monkeypatch, tmp_path):
     """spark.sql.shuffle.partitions is set in sparkConf alone, to executors x cores (one state
     partition per core, docs/operations.md Sizing); the config's spark: section would override
-    it when the session starts, so the ConfigMap sets none; client shards are at least 4 per
-    state partition."""
+    it when the session starts, so the ConfigMap sets none; one client shard per state partition
+    (docs/operations.md, Rules of thumb)."""
     objects = manifest()
     spec = objects["SparkApplication"]["spec"]
     partitions = int(spec["sparkConf"]["spark.sql.shuffle.partitions"])
@@ -249,7 +249,7 @@ def test_state_partitions_have_one_source_of_truth(monkeypatch, tmp_path):
     (tmp_path / "epochwatch.yaml").write_text(text)
     settings = config.load(tmp_path / "epochwatch.yaml")
     assert "spark.sql.shuffle.partitions" not in settings.spark, "a second value, which would win at start-up"
-    assert settings.rules.client_shards >= 4 * partitions
+    assert settings.rules.client_shards == partitions
     assert "spark.sql.shuffle.partitions" not in str(spec["driver"]) + str(spec["executor"])
 
 
