@@ -104,7 +104,11 @@ def test_a_broker_killed_and_restarted_is_information_only(monitor):
     restarted = monitor.wait_alert("BrokerRestarted", since_ms=start, broker_id=3, timeout_s=60)
     assert restarted["severity"] == "info"
     delay_line(monitor, "kill -9 and restart -> BrokerRestarted", start, restarted)
-    hold_quiet(monitor, (SESSION_MS + PENDING_MS + 2 * COLLECT_MS) / 1000, since_ms=start)
+    # A restarted JVM on a loaded machine can register after the timeout + pending (+20.4 s seen):
+    # the broker was then gone past its timeout, and its heartbeat timeout is the right page.
+    gone_past_timeout = restarted["event_time"] - start > SESSION_MS + PENDING_MS
+    hold_quiet(monitor, (SESSION_MS + PENDING_MS + 2 * COLLECT_MS) / 1000, since_ms=start,
+               allowed=STALENESS + (("BrokerHeartbeatTimeout",) if gone_past_timeout else ()))
 
 
 def test_a_rolling_restart_with_controlled_shutdown_pages_nobody(monitor):
