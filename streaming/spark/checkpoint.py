@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from streaming.config import ConfigError
+from streaming.engine.keys import KINDS
 
 # Hadoop's local file system shells out where its native library is missing (pip's pyspark ships
 # none): the default checkpoint file manager (FileContext) runs `readlink` as a process twice for
@@ -131,12 +132,13 @@ def _keyed_otherwise(location: str, keyed: str, fix: str, configured: int) -> Co
 
 def _fewest_shards(spark, location: str) -> int:
     """The fewest client shards the state at ``location`` can be keyed by: one more than the
-    highest shard any clients or commits key has (0 without such keys)."""
+    highest shard any key of a sharded kind (clients, commits) has (0 without such keys)."""
     from pyspark.sql import functions as F
 
+    sharded = [kind.name for kind in KINDS.values() if kind.sharded_by]
     try:
         keys = spark.read.format("statestore").option("stateVarName", "meta").load(location)
-        highest = keys.where(F.col("key.kind").isin("clients", "commits")).agg(F.max("key.shard")).first()[0]
+        highest = keys.where(F.col("key.kind").isin(*sharded)).agg(F.max("key.shard")).first()[0]
     except Exception:  # no state committed yet (stopped before its first commit): no key to go by
         return 0
     return 0 if highest is None else int(highest) + 1
