@@ -17,6 +17,7 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
+from udfs.kafka_options import MAX_RAMP_UP_BATCHES
 from udfs.redact import HIDDEN, is_secret, redact, redacted_repr
 
 
@@ -65,6 +66,9 @@ class KafkaSettings:
     # A backlog (restart, outage) is read in micro-batches this large: a bounded catch-up, and large
     # enough to amortize a batch's fixed cost (docs/operations.md, Sizing). null: no cap.
     max_offsets_per_trigger: int | None = field(default=1_000_000, metadata=_alias("maxOffsetsPerTrigger"))
+    # A run's first batches take 1/8, 1/4, 1/2 of that cap: the first also carries the run's start-up
+    # (~8 s on 2 cores) and every alert of a batch waits for its end (bench/HISTORY.md, session 31)
+    ramp_up_batches: int = field(default=3, metadata=_alias("rampUpBatches"))
     fail_on_data_loss: str = field(default="true", metadata={**_alias("failOnDataLoss"), "choices": ("true", "false")})
     # Waiting out an unreachable broker, passed to the source under the same names when set (None:
     # the source's default, see udfs/kafka_source.py; brokerUnavailable.maxWaitMs None: forever).
@@ -94,6 +98,9 @@ class KafkaSettings:
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise ConfigError("kafka.maxOffsetsPerTrigger", f"{self.max_offsets_per_trigger} records per micro-batch",
                               "give at least 1 (e.g. 1000000), or null for no cap")
+        if not 0 <= self.ramp_up_batches <= MAX_RAMP_UP_BATCHES:
+            raise ConfigError("kafka.rampUpBatches", f"{self.ramp_up_batches} batches",
+                              f"give 0 (the whole cap from the first batch) to {MAX_RAMP_UP_BATCHES}, e.g. 3")
 
     def __repr__(self) -> str:  # sasl.password, ssl.*, registry userinfo: never in a log line
         return redacted_repr(self)

@@ -77,6 +77,13 @@ def test_catch_up_batches_are_bounded_unless_asked_otherwise():
     assert config.load(overrides={"kafka.maxOffsetsPerTrigger": None}).kafka.max_offsets_per_trigger is None
 
 
+def test_a_run_ramps_up_to_its_catch_up_batch_unless_told_not_to():
+    assert config.load().kafka.ramp_up_batches == 3
+    assert config.load(overrides={"kafka.rampUpBatches": 0}).kafka.ramp_up_batches == 0
+    with pytest.raises(config.ConfigError, match="kafka.rampUpBatches"):
+        config.load(overrides={"kafka.rampUpBatches": 11})
+
+
 def test_shipped_config_is_valid_and_uses_kafka_defaults():
     settings = config.load(SHIPPED)
     assert settings.rules.controller_heartbeat_timeout_ms == 9000

@@ -123,7 +123,7 @@ def check_known(options: Mapping[str, str], known: tuple[str, ...], source: str,
 
 
 SOURCE_OPTIONS = (
-    "subscribe", "subscribePattern", "assign", "startingOffsets", "maxOffsetsPerTrigger",
+    "subscribe", "subscribePattern", "assign", "startingOffsets", "maxOffsetsPerTrigger", "rampUpBatches",
     "minPartitions", "recordsPerTask", "failOnDataLoss", "decode", "deadLetterTopic", "kafkaConsumer.pollTimeoutMs",
     "arrowBatchSize", "fetchOffset.retryIntervalMs", "fetchOffset.timeoutMs", MAX_WAIT_OPTION,
     "output", "packs.clientShards", "packs.maxFutureMs", "packs.maxPastMs", "packs.maxEpoch", "packs.clock",
@@ -140,6 +140,7 @@ class SourceOptions:
     assign: tuple[TopicPartition, ...] = ()
     starting_offsets: StartingOffsets = field(default_factory=lambda: StartingOffsets("latest"))
     max_offsets_per_trigger: int | None = None
+    ramp_up_batches: int = 0
     min_partitions: int | None = None
     records_per_task: int | None = None
     fail_on_data_loss: bool = True
@@ -240,6 +241,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         assign=assign,
         starting_offsets=starting,
         max_offsets_per_trigger=positive_int(options, "maxOffsetsPerTrigger"),
+        ramp_up_batches=_ramp_up_batches(options),
         min_partitions=positive_int(options, "minPartitions"),
         records_per_task=positive_int(options, "recordsPerTask"),
         fail_on_data_loss=boolean(options, "failOnDataLoss", True),
@@ -260,6 +262,21 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         pack_max_clusters=positive_int(options, "packs.maxClusters"),
         pack_cluster_registry=lowered.get("packs.clusterregistry", "").strip() or None,
     )
+
+
+def _ramp_up_batches(options: Mapping[str, str]) -> int:
+    raw = _lower(options).get("rampupbatches")
+    if raw is None:
+        return 0
+    if not raw.strip().isdigit() or int(raw) > MAX_RAMP_UP_BATCHES:
+        raise OptionError("rampUpBatches", f"{raw!r} is not a whole number from 0 to {MAX_RAMP_UP_BATCHES}",
+                          "pass 0 to read maxOffsetsPerTrigger records from the first batch, or e.g. 3 "
+                          "(the first batches take 1/8, 1/4 and 1/2 of it)")
+    return int(raw)
+
+
+# each step halves the cap: beyond this a run would start with batches of a few records
+MAX_RAMP_UP_BATCHES = 10
 
 
 def _retry_policy(options: Mapping[str, str]) -> RetryPolicy:

@@ -6,6 +6,10 @@ Options follow Spark's Kafka connector (which needs a jar this deployment cannot
     subscribe | subscribePattern | assign   topics "a,b" | a regex | {"topic": [0, 1]}
     startingOffsets           latest (default) | earliest | {"topic": {"0": 23, "1": -2}}  (-2/-1)
     maxOffsetsPerTrigger      at most N records per micro-batch (shared by backlog)
+    rampUpBatches             with maxOffsetsPerTrigger: a query run's first K batches that read
+                              records take at most N/2^K, N/2^(K-1), ... N/2 (default 0: N from the
+                              first): a run's first batch carries its start-up, and each of its
+                              records waits for the batch's end
     minPartitions             split big offset ranges into more Spark partitions
     recordsPerTask            read small offset ranges together, about this many records per Spark
                               task, in at least minPartitions tasks (default: one task per range)
@@ -79,6 +83,7 @@ from udfs.offsets import (
     group_ranges,
     parse_source_offset,
     plan_ranges,
+    ramped,
     recreated_topics,
     resolve_starting,
     split_ranges,
@@ -150,6 +155,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._next_event_times = None
         self._available_now_target: dict | None = None
         self._latest_seen: dict | None = None
+        self._batches_read = 0  # batches of this run that admitted records: the ramp's step
 
     def __getstate__(self):  # shipped to executors: without the driver's admin client
         state = dict(self.__dict__)
@@ -197,8 +203,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         current = {tp: offset for tp, offset in begin.items() if tp in latest and tp[0] not in recreated}
         current.update(broker.earliest([tp for tp in latest if tp not in current]))
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if max_rows is not None:
+            max_rows = ramped(max_rows, self._batches_read, self.options.ramp_up_batches)
         min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else None
         end = admit(current, latest, max_rows=max_rows, min_rows=min_rows)
+        if any(end[tp] > current.get(tp, end[tp]) for tp in end):
+            self._batches_read += 1
         return to_json_dict(end, {**recorded_ids, **topic_ids})
 
     def reportLatestOffset(self) -> dict | None:

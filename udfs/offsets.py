@@ -208,6 +208,12 @@ def admit(start: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, i
     return {tp: (start[tp] + granted[tp] if tp in start and backlog[tp] else latest[tp]) for tp in latest}
 
 
+def ramped(max_rows: int, batches_read: int, ramp_up_batches: int) -> int:
+    """The cap of a run's next batch: ``max_rows`` halved once for each of the first
+    ``ramp_up_batches`` batches not yet read (at least 1 record)."""
+    return max(1, max_rows >> max(0, ramp_up_batches - batches_read))
+
+
 def cap_at(end: Mapping[TopicPartition, int], target: Mapping[TopicPartition, int]) -> FlatOffsets:
     """Trigger.AvailableNow: never go past the offsets recorded when the query started."""
     return {tp: min(offset, target[tp]) for tp, offset in end.items() if tp in target}

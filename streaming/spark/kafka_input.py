@@ -61,6 +61,7 @@ def _kafka_reader(spark, settings: Settings, starting_offsets: str | None):
             reader = reader.option(f"schema.registry.{name}", value)
     if k.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(k.max_offsets_per_trigger))
+        reader = reader.option("rampUpBatches", str(k.ramp_up_batches))
     for name, value in k.source_options().items():
         reader = reader.option(name, value)
     for name, value in k.client.items():

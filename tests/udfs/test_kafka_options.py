@@ -31,6 +31,8 @@ def test_kafka_options_pass_through_to_librdkafka_and_keys_are_case_insensitive(
     ({"subscribePattern": "a.*"}, "subscribe", "subscribe and subscribePattern together"),
     ({"maxOffsetsPerTrigger": "lots"}, "maxOffsetsPerTrigger", "not a number"),
     ({"minPartitions": "0"}, "minPartitions", "must be positive"),
+    ({"rampUpBatches": "-1"}, "rampUpBatches", "a count of halvings, not negative"),
+    ({"rampUpBatches": "40"}, "rampUpBatches", "a run would start with batches of a few records"),
     ({"recordsPerTask": "-5"}, "recordsPerTask", "must be positive"),
     ({"failOnDataLoss": "maybe"}, "failOnDataLoss", "boolean"),
     ({"decode": "json"}, "decode", "unsupported decoding"),

@@ -67,6 +67,21 @@ def test_read_all_available_overrides_max_offsets_per_trigger(bootstrap, topic_f
     assert source.reportLatestOffset() == {topic: {"0": 20, "1": 20}}
 
 
+def test_a_run_ramps_up_to_max_offsets_per_trigger_over_the_batches_that_read(bootstrap, topic_factory):
+    topic = topic_factory(partitions=2)
+    produce(bootstrap, topic, records(200), partitions=2)
+    source = reader(bootstrap, topic, startingOffsets="earliest", maxOffsetsPerTrigger=40, rampUpBatches=2)
+    position, sizes = source.initialOffset(), []
+    for _ in range(6):
+        end = source.latestOffset(position, source.getDefaultReadLimit())
+        sizes.append(sum(offsets(end).values()) - sum(offsets(position).values()))
+        position = end
+    assert sizes == [10, 20, 40, 40, 40, 40]
+    produce(bootstrap, topic, records(60, "later"), partitions=2)
+    end = source.latestOffset(position, source.getDefaultReadLimit())
+    assert sum(offsets(end).values()) - sum(offsets(position).values()) == 40, "the ramp is a run's start only"
+
+
 def test_available_now_stops_at_the_offsets_seen_when_it_started(bootstrap, topic_factory):
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, records(20))

@@ -17,6 +17,7 @@ from udfs.offsets import (
     group_ranges,
     parse_source_offset,
     plan_ranges,
+    ramped,
     recreated_topics,
     resolve_starting,
     split_ranges,
@@ -107,6 +108,12 @@ def test_admit_max_rows(start, latest, max_rows, expected, why):
 def test_admit_min_rows_waits_until_enough_records():
     assert admit({A0: 0}, {A0: 3}, min_rows=5) == {A0: 0}
     assert admit({A0: 0}, {A0: 6}, min_rows=5) == {A0: 6}
+
+
+def test_a_runs_first_batches_ramp_up_to_the_cap():
+    assert [ramped(1_000_000, read, 3) for read in range(5)] == [125_000, 250_000, 500_000, 1_000_000, 1_000_000]
+    assert [ramped(1_000_000, read, 0) for read in range(2)] == [1_000_000, 1_000_000], "no ramp: the cap at once"
+    assert ramped(3, 0, 10) == 1, "never a batch of nothing"
 
 
 def test_cap_at_keeps_available_now_runs_finite():
