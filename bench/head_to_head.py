@@ -14,7 +14,8 @@ rate see bench/detection_latency.py).
     .venv/bin/python bench/head_to_head.py --events 5000000
 
 Spark reads the backlog in micro-batches of --batch-events records (kafka.maxOffsetsPerTrigger,
-as a catch-up after an outage would: docs/operations.md, Sizing).
+as a catch-up after an outage would: docs/operations.md, Sizing), its first --ramp-up-batches batches
+from 1/2^N of that up (kafka.rampUpBatches, the job's default: 3).
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def engine_single(bootstrap: str, n: int, chunk: int = 50_000) -> dict:
     return {"events": seen, "seconds": time.perf_counter() - started, "alerts": alerts, "latencies": latencies}
 
 
-def engine_spark(bootstrap: str, n: int, master: str, batch_events: int) -> dict:
+def engine_spark(bootstrap: str, n: int, master: str, batch_events: int, ramp_up_batches: int) -> dict:
     import dataclasses
     import tempfile
 
@@ -192,7 +193,8 @@ def engine_spark(bootstrap: str, n: int, master: str, batch_events: int) -> dict
 
     settings = config.load(overrides={"kafka.bootstrap.servers": bootstrap, "kafka.topics.events": TOPIC,
                                       "kafka.startingOffsets": "earliest",
-                                      "kafka.maxOffsetsPerTrigger": batch_events or None})
+                                      "kafka.maxOffsetsPerTrigger": batch_events or None,
+                                      "kafka.rampUpBatches": ramp_up_batches})
     settings = dataclasses.replace(settings, rules=scenario_settings(), checkpoint_location=tempfile.mkdtemp())
     started = time.perf_counter()
     query = start(spark, settings, [Timing()], time_mode=EVENT_TIME, available_now=True, query_name="h2h")
@@ -226,13 +228,15 @@ def main(argv=None) -> int:
     # sizes measured side by side are in bench/RESULTS.md (head to head, session 8)
     ap.add_argument("--batch-events", type=int, default=1_000_000,
                     help="Spark's kafka.maxOffsetsPerTrigger: records per micro-batch (0: no cap)")
+    ap.add_argument("--ramp-up-batches", type=int, default=3,
+                    help="kafka.rampUpBatches: the first batches take 1/2^N ... 1/2 of the cap (0: the cap at once)")
     ap.add_argument("--skip-local1", action="store_true", help="do not run Spark on local[1]")
     args = ap.parse_args(argv)
     if args.engine:
         result = {"floor": lambda: engine_floor(args.bootstrap, args.events),
                   "single": lambda: engine_single(args.bootstrap, args.events),
                   "spark": lambda: engine_spark(args.bootstrap, args.events, args.master,
-                                                args.batch_events)}[args.engine]()
+                                                args.batch_events, args.ramp_up_batches)}[args.engine]()
         print(json.dumps(result))
         return 0
 
@@ -243,7 +247,7 @@ def main(argv=None) -> int:
         n = load(broker.bootstrap_servers, args.events)
         print(f"loaded {n:,} events in {time.perf_counter() - t:.0f} s", file=sys.stderr)
         parallel_before = host_parallelism()  # with the broker loaded and idle
-        batch = ["--batch-events", str(args.batch_events)]
+        batch = ["--batch-events", str(args.batch_events), "--ramp-up-batches", str(args.ramp_up_batches)]
         runs = {"3. raw consume + decode floor": run_engine("floor", broker.bootstrap_servers, n, []),
                 "2. hand-written single process, same rules": run_engine("single", broker.bootstrap_servers, n, []),
                 "1. epochwatch on Spark, local[2]": run_engine("spark", broker.bootstrap_servers, n,
@@ -252,6 +256,8 @@ def main(argv=None) -> int:
             runs["1b. epochwatch on Spark, local[1]"] = run_engine("spark", broker.bootstrap_servers, n,
                                                                   ["--master", "local[1]", *batch])
     cap = f"{args.batch_events:,} records" if args.batch_events else "no cap"
+    if args.batch_events and args.ramp_up_batches:
+        cap += f", the first {args.ramp_up_batches} ramping up from 1/{2 ** args.ramp_up_batches} of it"
     parallel = (parallel_before + host_parallelism()) / 2
     print(f"\nhost: two busy processes side by side did {parallel:.2f}x the work of one (2.00: two whole cores)")
     print(f"{n:,} events (1,000-broker / 100,000-client fleet + 16 incident clusters), {PARTITIONS} partitions, "
