@@ -264,6 +264,10 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     )
 
 
+# each step halves the cap: beyond this a run would start with batches of a few records
+MAX_RAMP_UP_BATCHES = 10
+
+
 def _ramp_up_batches(options: Mapping[str, str]) -> int:
     raw = _lower(options).get("rampupbatches")
     if raw is None:
@@ -273,10 +277,6 @@ def _ramp_up_batches(options: Mapping[str, str]) -> int:
                           "pass 0 to read maxOffsetsPerTrigger records from the first batch, or e.g. 3 "
                           "(the first batches take 1/8, 1/4 and 1/2 of it)")
     return int(raw)
-
-
-# each step halves the cap: beyond this a run would start with batches of a few records
-MAX_RAMP_UP_BATCHES = 10
 
 
 def _retry_policy(options: Mapping[str, str]) -> RetryPolicy:
