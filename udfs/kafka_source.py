@@ -265,39 +265,33 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: KafkaRangePartition):
         from udfs import record_batches
-        from udfs.partition_reader import fetch_range
+        from udfs.partition_reader import fetch_ranges
 
         options = self.options
         losses = [partition.losses]
-
-        def fetched(span: OffsetRange):
-            return fetch_range(options.client, span, chunk_size=options.arrow_batch_size,
+        fetched = fetch_ranges(options.client, partition.spans, chunk_size=options.arrow_batch_size,
                                poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss,
                                retry=options.retry_policy, on_loss=lambda: losses.append(1))
-
         if not options.decoded:
-            for span in partition.spans:
-                for messages in fetched(span):
-                    yield record_batches.raw_batch(messages)
+            for _, messages in fetched:
+                yield record_batches.raw_batch(messages)
             return
         publisher = _dead_letter_publisher(options) if options.dead_letter_topic else None
         notices = publisher is not None and options.output == "packs"
 
         def decoded():
             decoders = {}  # one per topic for the whole task: each keeps the schemas it resolved
-            for span in partition.spans:
+            for span, messages in fetched:
                 if span.topic not in decoders:
                     decoders[span.topic] = _decoder(options, span.topic)
-                decode_message = decoders[span.topic]
-                for messages in fetched(span):
-                    batch, dead = record_batches.decoded_batch(messages, decode_message,
-                                                               keep_dead_letters_as_rows=publisher is None or notices)
-                    if publisher is not None and dead:
-                        publisher.add(dead)
-                    if batch is not None:
-                        yield record_batches.as_notices(batch) if notices else batch
-                if publisher is not None:
-                    _log_dead_letters(publisher.flush(), span, options.dead_letter_topic)
+                batch, dead = record_batches.decoded_batch(messages, decoders[span.topic],
+                                                           keep_dead_letters_as_rows=publisher is None or notices)
+                if publisher is not None and dead:
+                    publisher.add(dead)
+                if batch is not None:
+                    yield record_batches.as_notices(batch) if notices else batch
+            if publisher is not None:
+                _log_dead_letters(publisher.flush(), partition.spans, options.dead_letter_topic)
 
         if options.output == "packs":
             yield from self.packer.pack(options, decoded(), clock_cap_ms=partition.clock_cap_ms,
@@ -316,11 +310,12 @@ def _decoder(options: SourceOptions, topic: str):
     return record_batches.schemaless_decoder()
 
 
-def _log_dead_letters(counts: Counter, span: OffsetRange, topic: str) -> None:
+def _log_dead_letters(counts: Counter, spans: list[OffsetRange], topic: str) -> None:
     if counts:
         from udfs.dead_letters import summary_line
 
-        log.warning(summary_line(counts, f"{span.topic}-{span.partition}[{span.start},{span.end})", topic))
+        where = ", ".join(f"{span.topic}-{span.partition}[{span.start},{span.end})" for span in spans)
+        log.warning(summary_line(counts, where, topic))
 
 
 @cache

@@ -1,9 +1,10 @@
-"""Read one offset range [start, end) of one Kafka partition (runs on executors).
+"""Read a task's offset ranges [start, end) of Kafka partitions (runs on executors).
 
-The consumer is assigned the partition at ``start`` (no consumer group, no commits) and reads
-until ``end`` and never past it: Spark's checkpoint holds the offsets, so a retried task or a
-restarted query reads exactly the same records. Gaps (compacted topics, transaction markers) are
-fine: the range is done once the consumer's position reaches ``end``.
+One consumer is assigned every range's partition at its ``start`` (no consumer group, no
+commits) and reads each until its ``end`` and never past it: Spark's checkpoint holds the
+offsets, so a retried task or a restarted query reads exactly the same records. Gaps (compacted
+topics, transaction markers) are fine: a range is done once the consumer's position reaches its
+``end``.
 
 A broker that is slow or unreachable is waited for: every ``kafkaConsumer.pollTimeoutMs``
 without a record the wait is checked against ``brokerUnavailable.maxWaitMs`` (default: forever)
@@ -72,25 +73,61 @@ def consumer_settings(client: Mapping[str, str]) -> dict:
     return {**_THROUGHPUT_DEFAULTS, **dict(client), "group.id": group, **_FORCED}
 
 
-def fetch_range(client: Mapping[str, str], span: OffsetRange, *, chunk_size: int, poll_timeout_ms: int,
-                fail_on_data_loss: bool, retry: RetryPolicy = RetryPolicy(),
-                chunk_bytes: int = CHUNK_BYTES, on_loss=None) -> Iterator[list]:
-    """Yield lists of at most ``chunk_size`` messages covering [span.start, span.end) in order, of
-    about ``chunk_bytes`` at most (a chunk ends at the read that reaches it). ``on_loss()`` is
-    called each time records are skipped as lost (failOnDataLoss=false), to be counted."""
-    reads = _Reads(chunk_size, chunk_bytes)
-    chunk: list = []
-    size = 0
-    for messages, asked in _read_range(client, span, reads, poll_timeout_ms, fail_on_data_loss, retry, on_loss):
-        chunk += messages
-        size += reads.saw(messages)
-        # a read that got fewer records than it asked for found no more waiting: pass them on
-        if len(chunk) >= chunk_size or size >= chunk_bytes or len(messages) < asked:
-            yield chunk
-            chunk, size = [], 0
-        reads.room = chunk_size - len(chunk)
-    if chunk:
+def fetch_range(client: Mapping[str, str], span: OffsetRange, **options) -> Iterator[list]:
+    """Yield lists of messages covering [span.start, span.end) in order (fetch_ranges of one range)."""
+    for _, chunk in fetch_ranges(client, [span], **options):
         yield chunk
+
+
+def fetch_ranges(client: Mapping[str, str], spans: list[OffsetRange], *, chunk_size: int, poll_timeout_ms: int,
+                 fail_on_data_loss: bool, retry: RetryPolicy = RetryPolicy(), chunk_bytes: int = CHUNK_BYTES,
+                 on_loss=None) -> Iterator[tuple[OffsetRange, list]]:
+    """Yield (range, chunk) until every range is read: each chunk at most ``chunk_size`` messages
+    of one range, in offset order, of about ``chunk_bytes`` at most (a chunk ends at the read that
+    reaches it); the chunks of different ranges come as their records do. ``on_loss()`` is called
+    each time records are skipped as lost (failOnDataLoss=false), to be counted.
+
+    One consumer reads all the ranges at once: a consumer costs ~8 ms to its first records and
+    to close (bench/HISTORY.md, session 30), paid per range when a task read them one after the
+    other, and a live task holds several partitions' ranges. Ranges of the same partition are
+    read one after the other, each with a consumer of its own."""
+    for wave in _waves(spans):
+        reads = _Reads(chunk_size, chunk_bytes)
+        gathered: dict[OffsetRange, list] = {}  # per range: messages not passed on yet
+        sizes: dict[OffsetRange, int] = {}  # their bytes
+        for got, asked in _read_ranges(client, wave, reads, poll_timeout_ms, fail_on_data_loss, retry, on_loss):
+            for span, messages in got.items():
+                gathered.setdefault(span, []).extend(messages)
+                sizes[span] = sizes.get(span, 0) + reads.saw(messages)
+                if len(gathered[span]) >= chunk_size or sizes[span] >= chunk_bytes:
+                    sizes.pop(span)
+                    yield span, gathered.pop(span)
+            # a read that got fewer records than it asked for found no more waiting: pass them on
+            if sum(map(len, got.values())) < asked:
+                yield from _passed_on(gathered, sizes)
+            reads.room = chunk_size - max(map(len, gathered.values()), default=0)
+        yield from _passed_on(gathered, sizes)
+
+
+def _waves(spans: list[OffsetRange]) -> list[list[OffsetRange]]:
+    """The ranges in groups of distinct partitions, a partition's ranges in their order (a task
+    holds two of one partition only when a batch split it: udfs.offsets.split_ranges)."""
+    waves: list[list[OffsetRange]] = []
+    for span in spans:
+        if span.start >= span.end:
+            continue
+        wave = next((w for w in waves if all((s.topic, s.partition) != (span.topic, span.partition) for s in w)), None)
+        if wave is None:
+            waves.append([span])
+        else:
+            wave.append(span)
+    return waves
+
+
+def _passed_on(gathered: dict, sizes: dict) -> Iterator[tuple[OffsetRange, list]]:
+    yield from list(gathered.items())
+    gathered.clear()
+    sizes.clear()
 
 
 class _Reads:
@@ -98,7 +135,7 @@ class _Reads:
 
     def __init__(self, chunk_size: int, chunk_bytes: int):
         self.chunk_bytes = chunk_bytes
-        self.room = chunk_size  # records the chunk being gathered still takes
+        self.room = chunk_size  # records the fullest chunk being gathered still takes
         self.largest = 0
         self.asked = 0
 
@@ -114,57 +151,73 @@ class _Reads:
         return min(self.asked, self.room)
 
 
-def _read_range(client: Mapping[str, str], span: OffsetRange, reads: _Reads, poll_timeout_ms: int,
-                fail_on_data_loss: bool, retry: RetryPolicy, on_loss=None) -> Iterator[tuple[list, int]]:
-    """(messages, how many were asked for) of each read that got some, covering the range."""
+def _read_ranges(client: Mapping[str, str], spans: list[OffsetRange], reads: _Reads, poll_timeout_ms: int,
+                 fail_on_data_loss: bool, retry: RetryPolicy,
+                 on_loss=None) -> Iterator[tuple[dict[OffsetRange, list], int]]:
+    """({range: its messages} of each read that got some, how many were asked for), covering the
+    ranges (of distinct partitions)."""
     from confluent_kafka import Consumer, TopicPartition
 
     errors = ClientErrors()
     consumer = Consumer({**consumer_settings(client), "error_cb": errors.record})
-    partition = TopicPartition(span.topic, span.partition)
-    next_offset = span.start
+    reading = {(s.topic, s.partition): s for s in spans}  # the ranges not finished yet
+    next_offset = {s: s.start for s in spans}
     stall: Outage | None = None
+
+    def finished(span: OffsetRange) -> None:
+        del reading[span.topic, span.partition]
+        consumer.pause([TopicPartition(span.topic, span.partition)])  # records past its end are the next batch's
+
     try:
-        consumer.assign([TopicPartition(span.topic, span.partition, next_offset)])
+        consumer.assign([TopicPartition(s.topic, s.partition, s.start) for s in spans])
         deadline = time.monotonic() + poll_timeout_ms / 1000
-        while next_offset < span.end:
-            asked = min(reads.count(), span.end - next_offset)
+        while reading:
+            asked = min(reads.count(), sum(s.end - next_offset[s] for s in reading.values()))
             messages = consumer.consume(asked, _CONSUME_WAIT_S)
             failed = [m for m in messages if m.error() is not None]
             if failed:
-                resume, reassign = _on_errors(consumer, span, next_offset, failed, fail_on_data_loss, errors,
-                                              on_loss or (lambda: None))
-                if resume is None:
-                    return
+                reassign = _on_errors(consumer, reading, next_offset, failed, fail_on_data_loss, errors,
+                                      on_loss or (lambda: None))
+                for span in [s for s in reading.values() if next_offset[s] >= s.end]:
+                    finished(span)
                 if reassign:
-                    next_offset = resume
-                    consumer.assign([TopicPartition(span.topic, span.partition, next_offset)])
+                    consumer.assign([TopicPartition(s.topic, s.partition, next_offset[s]) for s in reading.values()])
                     deadline = time.monotonic() + poll_timeout_ms / 1000
                     continue
-                messages = [m for m in messages if m.error() is None]
-            if messages and messages[-1].offset() >= span.end:
-                messages = [m for m in messages if m.offset() < span.end]
-            if messages:
-                next_offset = messages[-1].offset() + 1
+            got: dict[OffsetRange, list] = {}
+            for m in messages:
+                span = reading.get((m.topic(), m.partition()))
+                if m.error() is None and span is not None and next_offset[span] <= m.offset() < span.end:
+                    got.setdefault(span, []).append(m)
+            for span, mine in got.items():
+                next_offset[span] = mine[-1].offset() + 1
+                if next_offset[span] >= span.end:
+                    finished(span)
+            if got:
                 deadline = time.monotonic() + poll_timeout_ms / 1000
                 if stall is not None:
                     _log_recovered(stall)
                     stall = None
-                yield messages, asked
+                yield got, asked
                 continue
-            position = consumer.position([partition])[0].offset
-            if position >= span.end:
-                return  # the rest of the range holds no records (compaction, transaction markers)
+            positions = consumer.position([TopicPartition(s.topic, s.partition) for s in reading.values()])
+            for position in positions:
+                span = reading[position.topic, position.partition]
+                if position.offset >= span.end:
+                    finished(span)  # the rest of the range holds no records (compaction, transaction markers)
             if errors.permanent is not None:
-                raise permanent_error(errors.permanent, f"reading {span.topic}-{span.partition}")
-            if time.monotonic() > deadline:
-                stall = stall or Outage(retry, f"reading {span.topic}-{span.partition} at offset {next_offset} "
-                                               f"(range ends at {span.end})",
+                raise permanent_error(errors.permanent, "reading " + _where(reading.values(), next_offset))
+            if reading and time.monotonic() > deadline:
+                stall = stall or Outage(retry, "reading " + _where(reading.values(), next_offset),
                                         started_ms=(deadline * 1000 - poll_timeout_ms))
                 _waited_too_long(stall, errors, poll_timeout_ms)
                 deadline = time.monotonic() + poll_timeout_ms / 1000
     finally:
         consumer.close()
+
+
+def _where(spans, next_offset: dict) -> str:
+    return ", ".join(f"{s.topic}-{s.partition} at offset {next_offset[s]} (range ends at {s.end})" for s in spans)
 
 
 def _waited_too_long(stall: Outage, errors: ClientErrors, poll_timeout_ms: int) -> None:
@@ -185,41 +238,53 @@ def _log_recovered(stall: Outage) -> None:
         log.warning(closing)
 
 
-def _on_errors(consumer, span: OffsetRange, next_offset: int, failed: list,
-               fail_on_data_loss: bool, errors: ClientErrors, on_loss) -> tuple[int | None, bool]:
-    """Where to continue after consumer errors (None: the range is finished) and whether the
-    consumer must be re-assigned there."""
+def _on_errors(consumer, reading: dict, next_offset: dict, failed: list, fail_on_data_loss: bool,
+               errors: ClientErrors, on_loss) -> bool:
+    """Handle a read's consumer errors: a range whose records are lost goes on past them (or is
+    finished: its ``next_offset`` set to its end). True if the consumer must be re-assigned at
+    the ranges' ``next_offset``."""
     from confluent_kafka import KafkaError, TopicPartition
 
+    reassign, handled = False, set()
     for message in failed:
         error = message.error()
         code = error.code()
-        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE,
-                    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-            where = f"{span.topic}-{span.partition} offset {next_offset}"
+        span = reading.get((message.topic(), message.partition()))
+        if span in handled:
+            continue  # a range's loss is counted once a read
+        if span is not None and code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE,
+                                         KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+            where = f"{span.topic}-{span.partition} offset {next_offset[span]}"
             if fail_on_data_loss:
-                raise DataLossError(f"{where}: {error.str()}; records {next_offset}..{span.end - 1} may be lost "
+                raise DataLossError(f"{where}: {error.str()}; records {next_offset[span]}..{span.end - 1} may be lost "
                                     "(deleted by retention, or the topic was re-created). Fix: set "
                                     "failOnDataLoss=false to skip lost records, or restart from a new checkpoint")
             on_loss()
+            handled.add(span)
             if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
                 log.warning("%s: partition is gone, skipping records up to %d (failOnDataLoss=false)", where, span.end)
-                return None, False
+                next_offset[span] = span.end
+                continue
             low, high = consumer.get_watermark_offsets(TopicPartition(span.topic, span.partition), cached=False)
-            if next_offset > high:
+            if next_offset[span] > high:
                 # The log now ends before the range: the topic was re-created (or truncated) after
                 # the batch was planned. The range's records are gone; the new log's records are the
                 # next batches' (planned from the reset offsets). Read from 0 instead, this range
                 # would wait for offsets up to its end that the new log might reach minutes later.
                 log.warning("%s is past the partition's end %d (re-created or truncated): records up to %d "
                             "are lost (failOnDataLoss=false)", where, high, span.end)
-                return None, False
-            resume = max(low, next_offset)
+                next_offset[span] = span.end
+                continue
+            resume = max(low, next_offset[span])
             log.warning("%s is out of range [%d, %d): continuing from %d (failOnDataLoss=false)",
                         where, low, high, resume)
-            return (resume if resume < span.end else None), True
+            next_offset[span] = min(resume, span.end)
+            reassign = True
+            continue
         if is_permanent(error):
-            raise permanent_error(error, f"reading {span.topic}-{span.partition}")
+            where = f"{span.topic}-{span.partition}" if span is not None else _where(reading.values(), next_offset)
+            raise permanent_error(error, f"reading {where}")
         errors.record(error)
-        log.info("%s-%d: transient consumer error %s", span.topic, span.partition, error.str())
-    return next_offset, False
+        where = f"{span.topic}-{span.partition}" if span is not None else message.topic() or "consumer"
+        log.info("%s: transient consumer error %s", where, error.str())
+    return reassign

@@ -1,12 +1,15 @@
-"""Reading one offset range (udfs.partition_reader.fetch_range) against the real broker: chunks
-are bounded in bytes as well as in records, so that large records are never read in one piece
-(issue #22: thousands of 300 KB records asked for at once were gigabytes in one task)."""
+"""Reading offset ranges (udfs.partition_reader) against the real broker: chunks are bounded in
+bytes as well as in records, so that large records are never read in one piece (issue #22:
+thousands of 300 KB records asked for at once were gigabytes in one task); a task's ranges are
+read by one consumer, and a range whose records are lost leaves the others whole."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.kafka_io import produce
 from udfs.offsets import OffsetRange
-from udfs.partition_reader import READ_RECORDS, fetch_range
+from udfs.partition_reader import READ_RECORDS, DataLossError, fetch_range, fetch_ranges
 
 CLIENT_LIMIT = 1_000_000
 
@@ -59,3 +62,62 @@ def test_a_range_past_the_end_of_a_re_created_partition_ends_at_once(bootstrap, 
                               retry=RetryPolicy(max_wait_ms=6_000)))  # before: FetchTimeoutError, not a hang
     assert chunks == [] and losses == [1]
     assert time.monotonic() - started < 10, "no wait for offsets the new log does not have"
+
+
+def counting_consumers(monkeypatch) -> list:
+    """The consumers the reader makes, counted (they are real ones)."""
+    import confluent_kafka
+
+    made = []
+
+    class Counted(confluent_kafka.Consumer):
+        def __init__(self, *args, **kwargs):
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Counted)
+    return made
+
+
+def test_a_tasks_ranges_are_read_by_one_consumer_each_in_order(bootstrap, topic_factory, monkeypatch):
+    """Why: a consumer costs ~8 ms to its first records and to close, which a live task paid for
+    each of its partitions' ranges when it read them one after the other. Two ranges of one
+    partition (a batch split it) are read one after the other: a second consumer."""
+    topic = topic_factory(partitions=3)
+    produce(bootstrap, topic, [(f"k{i}".encode(), b"v" * 50) for i in range(300)], partitions=3)
+    spans = [OffsetRange(topic, 0, 0, 100), OffsetRange(topic, 1, 10, 60), OffsetRange(topic, 2, 0, 100),
+             OffsetRange(topic, 1, 60, 100), OffsetRange(topic, 2, 100, 100)]
+    made = counting_consumers(monkeypatch)
+    chunks = list(fetch_ranges({"bootstrap.servers": bootstrap}, spans, chunk_size=30, poll_timeout_ms=30_000,
+                               fail_on_data_loss=True))
+    assert len(made) == 2, "one consumer for the three partitions, one more for partition 1's second range"
+    for span in spans:
+        read = [m for s, chunk in chunks if s == span for m in chunk]
+        assert [(m.partition(), m.offset()) for m in read] == [(span.partition, o) for o in range(span.start, span.end)]
+    assert all(0 < len(chunk) <= 30 and {m.partition() for m in chunk} == {s.partition} for s, chunk in chunks)
+
+
+def lose_head_of(bootstrap: str, topic: str, partition: int, before: int) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, partition, before)]).values():
+        future.result(timeout=30)
+
+
+def test_records_lost_in_one_range_leave_the_tasks_other_ranges_whole(bootstrap, topic_factory):
+    topic = topic_factory(partitions=2)
+    produce(bootstrap, topic, [(f"k{i}".encode(), b"v") for i in range(100)], partitions=2)
+    lose_head_of(bootstrap, topic, 0, before=30)  # as retention would
+    spans = [OffsetRange(topic, 0, 0, 50), OffsetRange(topic, 1, 0, 50)]
+    read = lambda fail, **kw: list(fetch_ranges({"bootstrap.servers": bootstrap}, spans, chunk_size=100,  # noqa: E731
+                                                poll_timeout_ms=10_000, fail_on_data_loss=fail, **kw))
+
+    with pytest.raises(DataLossError, match=f"{topic}-0 offset 0"):
+        read(True)
+    losses = []
+    chunks = read(False, on_loss=lambda: losses.append(1))
+    got = {p: [m.offset() for s, chunk in chunks if s.partition == p for m in chunk] for p in (0, 1)}
+    assert got == {0: list(range(30, 50)), 1: list(range(50))}
+    assert losses == [1]
