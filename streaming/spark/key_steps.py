@@ -10,6 +10,7 @@ when Spark hands the next micro-batch's task to another Python worker.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import operator
 import random
@@ -301,8 +302,20 @@ def _row_values(cls, table: dict, before: dict | None, touched: set) -> dict:
     step's for a record not touched since (``before`` None: a new key, all read).
     Serialized in one orjson call: a call per row costs more than reading the rows (figures:
     bench/RESULTS.md, Live detection latency)."""
-    before = before or {}
     values = operator.attrgetter(*records.field_names(cls))
+    if before is not None and len(touched) < len(table) // 2:
+        # A step touches a few of a shard's tens of thousands of clients: copy the stored values
+        # at once and redo the touched ones and the new ones (last in the table, as added).
+        # Entities dropped or moved within the step fail the check below: the full pass then.
+        rows = dict(before)
+        for key in touched:
+            if key in rows and key in table:
+                rows[key] = values(table[key])
+        for key in itertools.islice(table, len(rows), None):
+            rows[key] = values(table[key])
+        if list(rows) == list(table):
+            return rows
+    before = before or {}
     return {key: before[key] if key in before and key not in touched else values(r) for key, r in table.items()}
 
 
