@@ -198,7 +198,9 @@ class ClientShard(RulesTable):
         """The clients with a stale incident, a failure or a cluster-id mismatch open: the only
         ones with conditions or deadlines (a Python pass over every client is the costly part of
         an evaluation, and nearly every client has nothing open)."""
-        return [c for c in self.clients.values() if _has_open(c)]
+        # _has_open inlined: a call per client is half of this pass over a shard's every client
+        return [c for c in self.clients.values()
+                if c.stale_broker_ids or c.first_failure_ms != NO_TIME or c.mismatch_since_ms != NO_TIME]
 
     def advance(self, now: int) -> None:
         self._end_quiet_incidents([c for c in self.clients.values() if c.stale_broker_ids], now)
