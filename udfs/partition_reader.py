@@ -82,10 +82,11 @@ def fetch_range(client: Mapping[str, str], span: OffsetRange, **options) -> Iter
 def fetch_ranges(client: Mapping[str, str], spans: list[OffsetRange], *, chunk_size: int, poll_timeout_ms: int,
                  fail_on_data_loss: bool, retry: RetryPolicy = RetryPolicy(), chunk_bytes: int = CHUNK_BYTES,
                  on_loss=None) -> Iterator[tuple[OffsetRange, list]]:
-    """Yield (range, chunk) until every range is read: each chunk at most ``chunk_size`` messages
-    of one range, in offset order, of about ``chunk_bytes`` at most (a chunk ends at the read that
-    reaches it); the chunks of different ranges come as their records do. ``on_loss()`` is called
-    each time records are skipped as lost (failOnDataLoss=false), to be counted.
+    """Yield (range, chunk) until every range is read: each chunk messages of one range in offset
+    order, the chunks of different ranges as their records come; the chunks passed on together
+    hold at most ``chunk_size`` messages and about ``chunk_bytes`` (they end at the read that
+    reaches it). ``on_loss()`` is called each time records are skipped as lost
+    (failOnDataLoss=false), to be counted.
 
     One consumer reads all the ranges at once: a consumer costs ~8 ms to its first records and
     to close (bench/HISTORY.md, session 30), paid per range when a task read them one after the
@@ -94,19 +95,18 @@ def fetch_ranges(client: Mapping[str, str], spans: list[OffsetRange], *, chunk_s
     for wave in _waves(spans):
         reads = _Reads(chunk_size, chunk_bytes)
         gathered: dict[OffsetRange, list] = {}  # per range: messages not passed on yet
-        sizes: dict[OffsetRange, int] = {}  # their bytes
+        count = size = 0  # of all of them: the bounds hold for the task, not for each range
         for got, asked in _read_ranges(client, wave, reads, poll_timeout_ms, fail_on_data_loss, retry, on_loss):
             for span, messages in got.items():
                 gathered.setdefault(span, []).extend(messages)
-                sizes[span] = sizes.get(span, 0) + reads.saw(messages)
-                if len(gathered[span]) >= chunk_size or sizes[span] >= chunk_bytes:
-                    sizes.pop(span)
-                    yield span, gathered.pop(span)
+                count += len(messages)
+                size += reads.saw(messages)
             # a read that got fewer records than it asked for found no more waiting: pass them on
-            if sum(map(len, got.values())) < asked:
-                yield from _passed_on(gathered, sizes)
-            reads.room = chunk_size - max(map(len, gathered.values()), default=0)
-        yield from _passed_on(gathered, sizes)
+            if count >= chunk_size or size >= chunk_bytes or sum(map(len, got.values())) < asked:
+                yield from gathered.items()
+                gathered, count, size = {}, 0, 0
+            reads.room = chunk_size - count
+        yield from gathered.items()
 
 
 def _waves(spans: list[OffsetRange]) -> list[list[OffsetRange]]:
@@ -124,18 +124,12 @@ def _waves(spans: list[OffsetRange]) -> list[list[OffsetRange]]:
     return waves
 
 
-def _passed_on(gathered: dict, sizes: dict) -> Iterator[tuple[OffsetRange, list]]:
-    yield from list(gathered.items())
-    gathered.clear()
-    sizes.clear()
-
-
 class _Reads:
     """How many records the next read asks for (see CHUNK_BYTES)."""
 
     def __init__(self, chunk_size: int, chunk_bytes: int):
         self.chunk_bytes = chunk_bytes
-        self.room = chunk_size  # records the fullest chunk being gathered still takes
+        self.room = chunk_size  # records the chunks being gathered still take
         self.largest = 0
         self.asked = 0
 

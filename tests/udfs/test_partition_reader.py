@@ -97,6 +97,39 @@ def test_a_tasks_ranges_are_read_by_one_consumer_each_in_order(bootstrap, topic_
     assert all(0 < len(chunk) <= 30 and {m.partition() for m in chunk} == {s.partition} for s, chunk in chunks)
 
 
+def test_the_chunks_of_a_tasks_ranges_are_bounded_together(monkeypatch):
+    """Why: bounded per range, a task of many ranges would hold that many chunks' records at once.
+    The reads are scripted (full reads of 10 records from 8 ranges, in turn): what is bounded is
+    what the reader holds between them."""
+    from udfs import partition_reader
+
+    class Message:
+        def __init__(self, span, offset):
+            self.span, self.offset_ = span, offset
+
+        def key(self):
+            return b"k"
+
+        def value(self):
+            return b"v" * 100
+
+    spans = [OffsetRange("t", p, 0, 100) for p in range(8)]
+    handed, taken, most_held = [0], [0], [0]
+
+    def scripted_reads(client, wave, reads, *args):
+        for start in range(0, 100, 10):
+            for span in wave:
+                most_held[0] = max(most_held[0], handed[0] - taken[0])
+                handed[0] += 10
+                yield {span: [Message(span, o) for o in range(start, start + 10)]}, 10
+
+    monkeypatch.setattr(partition_reader, "_read_ranges", scripted_reads)
+    for span, chunk in fetch_ranges({}, spans, chunk_size=50, poll_timeout_ms=1_000, fail_on_data_loss=True):
+        assert {m.span for m in chunk} == {span}
+        taken[0] += len(chunk)
+    assert taken[0] == 800 and most_held[0] <= 50
+
+
 def lose_head_of(bootstrap: str, topic: str, partition: int, before: int) -> None:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
