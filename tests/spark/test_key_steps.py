@@ -211,7 +211,7 @@ def test_the_stored_row_values_are_redone_only_for_what_a_step_touched_added_or_
             if action < 0.7 and key in table:
                 table[key].value += 1
             elif action < 0.85:
-                table.pop(key, None)  # dropped, not always said: a superset of touched is the rule
+                table.pop(key, None)  # dropped, and now and then left out of touched (the full pass then)
                 if rng.random() < 0.3:
                     continue
             else:
