@@ -198,9 +198,7 @@ class ClientShard(RulesTable):
         """The clients with a stale incident, a failure or a cluster-id mismatch open: the only
         ones with conditions or deadlines (a Python pass over every client is the costly part of
         an evaluation, and nearly every client has nothing open)."""
-        # _has_open inlined: a call per client is half of this pass over a shard's every client
-        return [c for c in self.clients.values()
-                if c.stale_broker_ids or c.first_failure_ms != NO_TIME or c.mismatch_since_ms != NO_TIME]
+        return [c for c in self.clients.values() if _has_open(c)]
 
     def advance(self, now: int) -> None:
         self._end_quiet_incidents([c for c in self.clients.values() if c.stale_broker_ids], now)
