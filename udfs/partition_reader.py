@@ -73,12 +73,6 @@ def consumer_settings(client: Mapping[str, str]) -> dict:
     return {**_THROUGHPUT_DEFAULTS, **dict(client), "group.id": group, **_FORCED}
 
 
-def fetch_range(client: Mapping[str, str], span: OffsetRange, **options) -> Iterator[list]:
-    """Yield lists of messages covering [span.start, span.end) in order (fetch_ranges of one range)."""
-    for _, chunk in fetch_ranges(client, [span], **options):
-        yield chunk
-
-
 def fetch_ranges(client: Mapping[str, str], spans: list[OffsetRange], *, chunk_size: int, poll_timeout_ms: int,
                  fail_on_data_loss: bool, retry: RetryPolicy = RetryPolicy(), chunk_bytes: int = CHUNK_BYTES,
                  on_loss=None) -> Iterator[tuple[OffsetRange, list]]:

@@ -1,7 +1,7 @@
-"""Reading offset ranges (udfs.partition_reader) against the real broker: chunks are bounded in
-bytes as well as in records, so that large records are never read in one piece (issue #22:
-thousands of 300 KB records asked for at once were gigabytes in one task); a task's ranges are
-read by one consumer, and a range whose records are lost leaves the others whole."""
+"""Reading offset ranges (udfs.partition_reader.fetch_ranges) against the real broker: chunks are
+bounded in bytes as well as in records, so that large records are never read in one piece (issue
+#22: thousands of 300 KB records asked for at once were gigabytes in one task); a task's ranges
+are read by one consumer, and a range whose records are lost leaves the others whole."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import pytest
 
 from tests.support.kafka_io import produce
 from udfs.offsets import OffsetRange
-from udfs.partition_reader import READ_RECORDS, DataLossError, fetch_range, fetch_ranges
+from udfs.partition_reader import READ_RECORDS, DataLossError, fetch_ranges
 
 CLIENT_LIMIT = 1_000_000
 
 
 def chunks_of(bootstrap: str, topic: str, records: int, chunk_bytes: int) -> list[list]:
     span = OffsetRange(topic, 0, 0, records)
-    return list(fetch_range({"bootstrap.servers": bootstrap}, span, chunk_size=20_000, poll_timeout_ms=30_000,
-                            fail_on_data_loss=True, chunk_bytes=chunk_bytes))
+    return [chunk for _, chunk in fetch_ranges({"bootstrap.servers": bootstrap}, [span], chunk_size=20_000,
+                                               poll_timeout_ms=30_000, fail_on_data_loss=True, chunk_bytes=chunk_bytes)]
 
 
 def test_large_records_come_in_chunks_of_about_chunk_bytes(bootstrap, topic_factory):
@@ -57,9 +57,9 @@ def test_a_range_past_the_end_of_a_re_created_partition_ends_at_once(bootstrap, 
     recreate_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, [(b"k", b"new")] * 5)
     losses, started = [], time.monotonic()
-    chunks = list(fetch_range({"bootstrap.servers": bootstrap}, OffsetRange(topic, 0, 40, 50), chunk_size=100,
-                              poll_timeout_ms=2_000, fail_on_data_loss=False, on_loss=lambda: losses.append(1),
-                              retry=RetryPolicy(max_wait_ms=6_000)))  # before: FetchTimeoutError, not a hang
+    chunks = list(fetch_ranges({"bootstrap.servers": bootstrap}, [OffsetRange(topic, 0, 40, 50)], chunk_size=100,
+                               poll_timeout_ms=2_000, fail_on_data_loss=False, on_loss=lambda: losses.append(1),
+                               retry=RetryPolicy(max_wait_ms=6_000)))  # before: FetchTimeoutError, not a hang
     assert chunks == [] and losses == [1]
     assert time.monotonic() - started < 10, "no wait for offsets the new log does not have"
 
