@@ -177,9 +177,15 @@ class EventDeriver:
         return self._was_serving(b, incarnation_before) and b.broker_state != BROKER_RUNNING
 
     def _was_serving(self, b: BrokerObservation, incarnation_before: int | None) -> bool:
-        """Last sent as serving (ACTIVE or STOPPING), and still the same process."""
+        """Last sent as serving (ACTIVE or STOPPING), heard from since within a session, and still
+        the same process. A broker silent for a whole session was timed out by the job: a fence
+        read when it is heard again is that of a broker back from silence and catching up, not
+        the end of a controlled shutdown (seen on Kafka 4.1: a paused broker resumed, its exporter
+        not answering yet in the round that saw it heartbeat again, fenced)."""
+        last, hb = self.sent.heartbeat_ms.get(b.broker_id), b.heartbeat_ms
+        heard = last is not None and hb is not None and hb - last < self.settings.session_timeout_ms
         same_process = b.start_time_ms is None or b.start_time_ms == incarnation_before
-        return self.sent.state.get(b.broker_id) in ("ACTIVE", "STOPPING") and same_process
+        return heard and self.sent.state.get(b.broker_id) in ("ACTIVE", "STOPPING") and same_process
 
     def _fenced_while_running(self, b: BrokerObservation, state: str, before: int | None) -> bool:
         """A serving broker fenced while it heartbeats and its own page says RUNNING is held back

@@ -115,6 +115,20 @@ def test_a_paused_broker_fenced_by_its_session_is_not_taken_for_a_shutdown_when_
     assert kinds(d.derive(rnd(last + 8800, [paused], answers=[])), "broker_heartbeat") == []
 
 
+def test_a_paused_broker_heard_again_while_still_fenced_and_without_its_page_is_inactive_not_stopping():
+    """Seen on Kafka 4.1 (a real-incident test that paged BrokerNotReturned for a pause): the
+    broker resumed after a whole session of silence; the round that hears it again finds it
+    still fenced (catching up) and its exporter not answering yet. It was timed out, not shut
+    down: its heartbeat says INACTIVE, as the controller does."""
+    d = EventDeriver(S)
+    t = T0 + 10_000
+    d.derive(rnd(t, [obs(1, t)]))
+    last = obs(1, t).last_heartbeat_ms
+    back = BrokerObservation(1, fenced=True, registration=REGISTRATION_FENCED, last_heartbeat_ms=last + 20_000)
+    hb, = kinds(d.derive(rnd(last + 20_300, [back], answers=[])), "broker_heartbeat")
+    assert (hb["event_time"], hb["current_state"], hb["want_shutdown"]) == (last + 20_000, "INACTIVE", None)
+
+
 def test_a_fenced_broker_not_heard_from_for_two_intervals_gives_no_heartbeat():
     """A heartbeat that says 'fenced' would end the job's timeout before it pages (the state would
     be INACTIVE for the controller's reason); a broker fenced by its session is silence."""
@@ -285,6 +299,27 @@ def test_incident_a_paused_broker_times_out_and_resolves_with_nothing_else():
     assert found == [("firing", "BrokerHeartbeatTimeout", "2"), ("resolved", "BrokerHeartbeatTimeout", "2")]
     fired = alerts[0]["event_time"]
     assert at(20) + 9000 + 3000 - 2000 <= fired <= at(20) + 9000 + 3000 + 2000
+
+
+def test_incident_a_broker_resumed_and_paused_again_before_it_is_unfenced_is_one_timeout_never_not_returned():
+    """Seen on Kafka 4.1 (one real-incident test pausing broker 1 right after another resumed
+    it): broker 2 is paused from 20 s; the round at 44 s hears it again, still fenced, its
+    exporter not answering yet; it is paused again before the next round, and resumed for good
+    at 70 s. Sent as a shutdown, the second silence paged BrokerNotReturned."""
+    heard_again = at(44) - 300
+
+    def paused(t, o):
+        if o.broker_id != 2 or t < at(20) or t >= at(70):
+            return o
+        hb = obs(2, at(20)).last_heartbeat_ms if t < at(44) else heard_again
+        fenced = t >= at(44) or t - hb >= 9000
+        return BrokerObservation(2, fenced=fenced, registration=REGISTRATION_FENCED if fenced else REGISTRATION_ACTIVE,
+                                 last_heartbeat_ms=hb if t - hb < 9000 else t - 9000)
+
+    found, alerts = alerts_of(rounds(140, paused, lambda t, o: None if o.start_time_ms is None else answer(o.broker_id)),
+                              140, RuleSettings(not_returned_grace_ms=20000))
+    assert found == [("firing", "BrokerHeartbeatTimeout", "2"), ("resolved", "BrokerHeartbeatTimeout", "2")]
+    assert alerts[1]["event_time"] == obs(2, at(70)).last_heartbeat_ms  # unfenced: the first heartbeat after 70 s
 
 
 @pytest.mark.parametrize("stopping_seen", [True, False], ids=["stopping-seen", "only-the-early-fence-seen"])
