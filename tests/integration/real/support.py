@@ -4,6 +4,7 @@ alerts topic read back, and the questions the incident tests ask of it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,6 +55,12 @@ class CollectorProcess:
             code = self._proc.wait(timeout=10)
         self._proc = None
         return code
+
+    def events(self) -> list[dict]:
+        """Every event the collector sent (its --events-out copy), across its restarts."""
+        path = self.log_path.with_suffix(".events.jsonl")
+        text = path.read_text() if path.exists() else ""
+        return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]  # whole lines only
 
     def status_lines(self) -> list[str]:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
