@@ -83,6 +83,13 @@ def firing(alerts: list[dict], label: str) -> set[tuple[str, str | None]]:
     return {(a["alertname"], a["labels"].get(label)) for a in alerts if a["status"] == "firing"}
 
 
+def lasting(alerts: list[dict], label: str, at_least_ms: int) -> set[tuple[str, str | None]]:
+    """The firing alerts not resolved within ``at_least_ms`` (or not at all)."""
+    resolved = {a["fingerprint"]: a["event_time"] for a in alerts if a["status"] == "resolved"}
+    return {(a["alertname"], a["labels"].get(label)) for a in alerts if a["status"] == "firing"
+            and resolved.get(a["fingerprint"], a["event_time"] + at_least_ms) - a["event_time"] >= at_least_ms}
+
+
 def test_a_healthy_producer_reports_its_metadata_responses(cluster, topic_factory, tmp_path):
     """Every response: the node that answered, the cluster id and broker count it carried, and a
     metadata epoch that never goes down while nothing is stale."""
@@ -370,8 +377,12 @@ def test_clients_of_a_broker_cut_off_from_the_controller_get_stale_metadata(kafk
     events = published(broker.bootstrap_servers, events_topic, hook.published)
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     alerts = detect_all(events, RuleSettings(), until=max(e["event_time"] for e in events))
-    fired = {(a["alertname"], a["labels"].get("broker_id")) for a in alerts if a["status"] == "firing"}
-    assert fired == {("StaleMetadataResponse", "2")}, alerts
+    fired = firing(alerts, "broker_id")
+    # While the controller moves broker 2's leaderships, brokers 1 and 3 apply the change a moment
+    # apart: a client answered by both then sees its epoch go back, stale for well under a second
+    # and truthfully reported (a CI run under load: brokers 1 and 3 for 0.6 s). Only broker 2's lasts.
+    assert lasting(alerts, "broker_id", 5000) == {("StaleMetadataResponse", "2")}, alerts
+    assert fired <= {("StaleMetadataResponse", str(b)) for b in cluster.broker_ids}, alerts
     first = min(a["starts_at"] for a in alerts if a["status"] == "firing")
     assert first > cut_ms, "nothing stale before the cut"
 
