@@ -130,6 +130,25 @@ def test_the_chunks_of_a_tasks_ranges_are_bounded_together(monkeypatch):
     assert taken[0] == 800 and most_held[0] <= 50
 
 
+def test_a_reads_messages_go_to_their_ranges_by_runs_within_each_ranges_bounds():
+    """Why: the ranges are looked up once a run of one partition's messages, not once a message;
+    runs of two topics' same partition, a finished range's leftovers and records past a range's
+    end or before its next offset must still land where they belong or nowhere."""
+    from confluent_kafka import Message
+
+    from udfs.partition_reader import _in_ranges
+
+    a, b, c = OffsetRange("a", 0, 10, 20), OffsetRange("a", 1, 0, 5), OffsetRange("b", 0, 100, 200)
+    reading = {("a", 0): a, ("a", 1): b, ("b", 0): c}
+    next_offset = {a: 12, b: 0, c: 100}
+    del reading["a", 1]  # finished: what it still delivers is the next batch's
+    read = [("a", 0, o) for o in (11, 12, 13)] + [("a", 1, o) for o in (5, 6)] + [("b", 0, o) for o in (100, 101)] \
+        + [("a", 0, o) for o in (14, 19, 20, 21)] + [("b", 0, 102)]
+    messages = [Message(topic=t, partition=p, offset=o, value=b"v") for t, p, o in read]
+    got = _in_ranges(messages, reading, next_offset)
+    assert {span: [m.offset() for m in ms] for span, ms in got.items()} == {a: [12, 13, 14, 19], c: [100, 101, 102]}
+
+
 def lose_head_of(bootstrap: str, topic: str, partition: int, before: int) -> None:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
