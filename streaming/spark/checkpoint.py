@@ -114,11 +114,16 @@ def keep_client_shards(spark, location: str, client_shards: int) -> None:
             raise _keyed_otherwise(location, f"at least {fewest} client shards (the checkpoint has no record of "
                                              "the count: builds before the record had 16 unless set)",
                                    "the count this checkpoint ran with (16 unless it was set)", client_shards)
-    out = fs.create(record, True)
     try:
-        out.write(bytearray(json.dumps({"client_shards": client_shards}).encode()))
-    finally:
-        out.close()
+        out = fs.create(record, True)
+        try:
+            out.write(bytearray(json.dumps({"client_shards": client_shards}).encode()))
+        finally:
+            out.close()
+    except Exception as exc:  # the job's first write there: Spark's own would fail the query's start the same way
+        raise ConfigError("checkpoint_location", f"{location} cannot be written ({_java_reason(exc)})",
+                          "give the job's user write access to it, or set checkpoint_location to a folder it can "
+                          "write (a restart must find the same one: the checkpoint holds where the job is)") from None
 
 
 def _keyed_otherwise(location: str, keyed: str, fix: str, configured: int) -> ConfigError:
@@ -144,6 +149,13 @@ def _fewest_shards(spark, location: str) -> int:
     return 0 if highest is None else int(highest) + 1
 
 
+def _java_reason(exc: Exception) -> str:
+    """The Hadoop file system's own words for a failed call (py4j's error begins with the call)."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
 def _recorded_shards(spark, fs, record) -> int:
     try:
         stream = fs.open(record)
@@ -153,7 +165,6 @@ def _recorded_shards(spark, fs, record) -> int:
             stream.close()
         return int(json.loads(text)["client_shards"])
     except Exception as exc:  # unreadable (a local file edited by hand fails its checksum), or not ours
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         raise ConfigError("checkpoint_location", f"{record} is not the client shard record this build writes "
-                          f"({reason})", "delete it if the checkpoint's state is keyed by the rules.state.client.shards "
+                          f"({_java_reason(exc)})", "delete it if the checkpoint's state is keyed by the rules.state.client.shards "
                           "configured now (the start records that count again), or start on a new checkpoint") from None

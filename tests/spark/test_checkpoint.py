@@ -150,3 +150,19 @@ def test_a_checkpoint_without_a_shard_record_takes_the_count_configured_now(spar
     (checkpoint / SHARDS_RECORD).unlink()  # the fix it names
     keep_client_shards(spark, str(checkpoint), 8)
     assert json.loads((checkpoint / SHARDS_RECORD).read_text()) == {"client_shards": 8}
+
+
+@pytest.mark.spark
+def test_a_checkpoint_that_cannot_be_written_names_the_key_and_the_fix(spark, tmp_path):
+    """Why: the job's first write there is the shard record; Hadoop's failure came out as a py4j
+    trace without a word of which setting to change. (The tests run as root, whom permissions do
+    not stop: the folder here lies under a file.)"""
+    from streaming.config import ConfigError
+    from streaming.spark.checkpoint import use_checkpoint
+
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(ConfigError) as refused:
+        use_checkpoint(spark, str(tmp_path / "a-file" / "ckpt"), 16)
+    assert refused.value.key == "checkpoint_location"
+    assert str(tmp_path / "a-file" / "ckpt") in refused.value.problem and "calling o" not in refused.value.problem
+    assert "write access" in refused.value.fix
