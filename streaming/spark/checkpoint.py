@@ -166,5 +166,6 @@ def _recorded_shards(spark, fs, record) -> int:
         return int(json.loads(text)["client_shards"])
     except Exception as exc:  # unreadable (a local file edited by hand fails its checksum), or not ours
         raise ConfigError("checkpoint_location", f"{record} is not the client shard record this build writes "
-                          f"({_java_reason(exc)})", "delete it if the checkpoint's state is keyed by the rules.state.client.shards "
-                          "configured now (the start records that count again), or start on a new checkpoint") from None
+                          f"({_java_reason(exc)})",
+                          "delete it if the checkpoint's state is keyed by the rules.state.client.shards configured "
+                          "now (the start records that count again), or start on a new checkpoint") from None
