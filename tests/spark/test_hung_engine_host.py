@@ -94,7 +94,7 @@ def test_a_host_busy_with_a_long_step_still_answers_the_ping():
     address = os.path.join(tempfile.mkdtemp(prefix="ew-host-", dir="/tmp"), "p0")
     host = engine_host.Host(address, owner=os.getpid(), idle_exit_s=10**9)  # here: it must never exit
     threading.Thread(target=host.serve, daemon=True).start()
-    wait_for_socket(address)
+    wait_for_listening(address)
     with host.lock:   # as while a step runs
         assert engine_host.answers(address, PING_TIMEOUT_S), "a busy host answers the ping"
         with Client(address, family="AF_UNIX") as conn:
@@ -103,7 +103,16 @@ def test_a_host_busy_with_a_long_step_still_answers_the_ping():
     assert engine_host.answers("/nonexistent-epochwatch/p0", PING_TIMEOUT_S), "no host: nothing hung to kill"
 
 
-def wait_for_socket(address: str) -> None:
+def wait_for_listening(address: str) -> None:
+    """Until the host accepts: its socket file exists from bind(), a moment before listen(), and a
+    connection in between is refused (seen in a CI run under load); `answers` takes a refusal for
+    "no host" and passes."""
     from tests.support.polling import wait_until
 
-    wait_until(lambda: os.path.exists(address), timeout_s=10, what="the host's socket")
+    def accepts() -> bool:
+        conn = engine_host._connect(address)
+        if conn is not None:
+            conn.close()
+        return conn is not None
+
+    wait_until(accepts, timeout_s=10, what="the host listening")
