@@ -109,10 +109,4 @@ def wait_for_listening(address: str) -> None:
     "no host" and passes."""
     from tests.support.polling import wait_until
 
-    def accepts() -> bool:
-        conn = engine_host._connect(address)
-        if conn is not None:
-            conn.close()
-        return conn is not None
-
-    wait_until(accepts, timeout_s=10, what="the host listening")
+    wait_until(lambda: host_stats(address) is not None, timeout_s=10, what="the host listening")
