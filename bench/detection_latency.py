@@ -28,6 +28,18 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.host, run as a script
+from bench.host import (  # noqa: E402
+    busy_share,
+    cpu_seconds_by_role,
+    cpu_used,
+    host_line,
+    host_parallelism,
+    machine_times,
+    python_speed,
+)
 
 
 def main(argv=None) -> int:
@@ -74,6 +86,7 @@ def main(argv=None) -> int:
             pass
 
     with EmbeddedBroker() as broker:
+        host_before = host_parallelism(), python_speed()   # the broker started, nothing else running
         settings = config.load(overrides={**parse_overrides(args.set), "kafka.bootstrap.servers": broker.bootstrap_servers,
                                           "kafka.startingOffsets": "earliest"})
         checkpoint = tempfile.mkdtemp(prefix="epochwatch-latency-")  # ~200 MB after a default run: removed below
@@ -101,7 +114,9 @@ def main(argv=None) -> int:
         steady_from = time.time() + args.warmup
         time.sleep(args.warmup)
         steady.set()
+        cpu_before, machine_before = cpu_seconds_by_role(), machine_times()
         time.sleep(args.seconds)
+        cpu, busy = cpu_used(cpu_before, cpu_seconds_by_role()), busy_share(machine_before, machine_times())
         stop.set()
         injected, last_heartbeat, silenced = results.get(timeout=120)
         producer.join()
@@ -109,8 +124,10 @@ def main(argv=None) -> int:
         progress = query.recentProgress
         stop_between_batches(query, dispatcher)
         shutil.rmtree(checkpoint, ignore_errors=True)
+        host_after = host_parallelism(), python_speed()
 
-    print(f"\ntarget {args.rate:,} events/s, trigger '{args.trigger}', 1,000 brokers / 100,000 clients, "
+    print("\n" + host_line((host_before[0] + host_after[0]) / 2, (host_before[1] + host_after[1]) / 2))
+    print(f"target {args.rate:,} events/s, trigger '{args.trigger}', 1,000 brokers / 100,000 clients, "
           f"engine hosts {args.engine_hosts}, client shards {settings.rules.client_shards}"
           + "".join(f", {s}" for s in [*args.set, *args.conf]))
     for phase, first, last in ((f"first {args.warmup} s after the start", 0, steady_from),
@@ -123,6 +140,10 @@ def main(argv=None) -> int:
     cluster_due = {k: last_heartbeat[k] + rules.controller_heartbeat_timeout_ms / 1000 for k in QUIET}
     report_silence("brokers silenced (BrokerHeartbeatTimeout after timeout + pending)", broker_due, silence_seen)
     report_silence("small clusters gone quiet (ClusterSilent after timeout)", cluster_due, silence_seen)
+    print(f"\nCPU in the steady {args.seconds} s, % of one core: "
+          + ", ".join(f"{role} {seconds / args.seconds * 100:.0f}" for role, seconds in
+                      sorted(cpu.items(), key=lambda kv: -kv[1]))
+          + f"; all cores {busy * 100:.0f} % busy")
     return 0
 
 

@@ -27,6 +27,10 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.host, run as a script
+from bench.host import host_line, host_parallelism, python_speed  # noqa: E402
 
 TOPIC = "h2h.events"
 PARTITIONS = 8
@@ -82,28 +86,6 @@ def run_engine(engine: str, bootstrap: str, n: int, extra: list[str]) -> dict:
     result = json.loads(out[-1])
     result["peak_mb"] = peak
     return result
-
-
-def _spin(seconds: float) -> int:
-    n, end = 0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(10_000):
-            n += 1
-    return n
-
-
-def host_parallelism(seconds: float = 1.0, rounds: int = 3) -> float:
-    """Work two busy processes get done side by side, over one alone's (2.0: two whole cores),
-    median of ``rounds``. Spark's two tasks need both cores, the floor and the single process one,
-    so ratio 1/3 moves with this figure from host to host (bench/RESULTS.md, head to head,
-    session 12)."""
-    import multiprocessing
-    import statistics
-
-    with multiprocessing.get_context("spawn").Pool(2) as pool:
-        pool.map(_spin, [seconds / 2] * 2)  # processes started and clocks up before measuring
-        ratios = [sum(pool.map(_spin, [seconds] * 2)) / pool.apply(_spin, (seconds,)) for _ in range(rounds)]
-    return statistics.median(ratios)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -246,7 +228,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         n = load(broker.bootstrap_servers, args.events)
         print(f"loaded {n:,} events in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-        parallel_before = host_parallelism()  # with the broker loaded and idle
+        parallel_before, speed_before = host_parallelism(), python_speed()  # with the broker loaded and idle
         batch = ["--batch-events", str(args.batch_events), "--ramp-up-batches", str(args.ramp_up_batches)]
         runs = {"3. raw consume + decode floor": run_engine("floor", broker.bootstrap_servers, n, []),
                 "2. hand-written single process, same rules": run_engine("single", broker.bootstrap_servers, n, []),
@@ -258,8 +240,7 @@ def main(argv=None) -> int:
     cap = f"{args.batch_events:,} records" if args.batch_events else "no cap"
     if args.batch_events and args.ramp_up_batches:
         cap += f", the first {args.ramp_up_batches} ramping up from 1/{2 ** args.ramp_up_batches} of it"
-    parallel = (parallel_before + host_parallelism()) / 2
-    print(f"\nhost: two busy processes side by side did {parallel:.2f}x the work of one (2.00: two whole cores)")
+    print("\n" + host_line((parallel_before + host_parallelism()) / 2, (speed_before + python_speed()) / 2))
     print(f"{n:,} events (1,000-broker / 100,000-client fleet + 16 incident clusters), {PARTITIONS} partitions, "
           f"Spark micro-batches: {cap}")
     print(f"{'engine':46} {'events/s':>9} {'seconds':>8} {'alerts':>7} {'p50 s':>6} {'p99 s':>6} {'peak MB':>8}")

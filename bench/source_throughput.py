@@ -18,43 +18,17 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from streaming.tools.embedded import EmbeddedBroker, create_topics
 from streaming.tools.simulate import ClusterShape, steady_state
 from udfs import avro_codec
 from udfs.kafka_sink import event_key
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.host, run as a script
+from bench.host import cpu_seconds_by_role, cpu_used  # noqa: E402
+
 TOPIC = "bench.events"
-
-
-def cpu_seconds_by_role() -> dict[str, float]:
-    """CPU seconds used so far by this process and its descendants, by role (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parent, cpu, role = {}, {}, {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                command = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        parent[pid] = fields[1]
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / tick
-        role[pid] = ("spark JVM" if "java" in command.split(" ")[0] else "python workers" if "pyspark" in command
-                     else "broker" if "tansu" in command else "bench/driver")
-    me, totals = str(os.getpid()), {}
-    for pid in cpu:
-        ancestor = pid
-        while ancestor not in (me, "0", "1") and ancestor in parent:
-            ancestor = parent[ancestor]
-        if ancestor == me:
-            totals[role[pid]] = totals.get(role[pid], 0.0) + cpu[pid]
-    return totals
-
-
-def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after if after[k] - before.get(k, 0.0) >= 0.05}
 
 
 @dataclass
