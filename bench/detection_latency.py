@@ -13,7 +13,10 @@ controller.heartbeat.timeout.ms) reached the sinks.
 
 Reported in two parts: the first ``--warmup`` seconds after the job's first batches (the JVM is
 still compiling Spark's code then: JIT threads took ~40% of a core 30-50 s after the start, ~13%
-at 80-100 s), and the ``--seconds`` after that, the steady state a long-running job is in.
+at 80-100 s), and the ``--seconds`` after that, the steady state a long-running job is in. With
+them, the host (bench/host.py: measured before and after, nothing else running) and the CPU of
+the job's processes by role over the steady period: this shared machine's speed moves from hour
+to hour, and a figure is read beside them.
 
     .venv/bin/python bench/detection_latency.py --rate 10000 --warmup 60 --seconds 60
 """

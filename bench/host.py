@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 
 
 def _spin(seconds: float) -> int:
-    import time
-
     n, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         for _ in range(10_000):
