@@ -46,6 +46,9 @@ class ClientShard(RulesTable):
     # these, and those whose time has come: streaming.fastpath.changed_entities)
     changed: set[str] = field(default_factory=set)
     dirty: bool = False
+    # the ids of the clients with something open as of the last look (None: not looked yet): only
+    # a touched client can have opened or closed anything since (see _open)
+    open_ids: set[str] | None = field(default=None, repr=False, compare=False)
     # a client's conditions are its own: the engine may evaluate some clients alone
     evaluates_entities = True
 
@@ -196,9 +199,14 @@ class ClientShard(RulesTable):
 
     def _open(self) -> list[ClientRecord]:
         """The clients with a stale incident, a failure or a cluster-id mismatch open: the only
-        ones with conditions or deadlines (a Python pass over every client is the costly part of
-        an evaluation, and nearly every client has nothing open)."""
-        return [c for c in self.clients.values() if _has_open(c)]
+        ones with conditions or deadlines (nearly every client has nothing open). Every step asks
+        (its summary), so after the first pass over every client only those open last time and
+        those touched since are looked at again: whatever changes a record marks it touched
+        (records.record_of), and the engine empties ``touched`` only after the step's summary."""
+        clients = self.clients
+        candidates = clients.keys() if self.open_ids is None else self.open_ids | self.touched
+        self.open_ids = {i for i in candidates if (c := clients.get(i)) is not None and _has_open(c)}
+        return [clients[i] for i in self.open_ids]
 
     def advance(self, now: int) -> None:
         self._end_quiet_incidents([c for c in self.clients.values() if c.stale_broker_ids], now)

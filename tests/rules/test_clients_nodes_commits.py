@@ -3,9 +3,11 @@
 import pytest
 
 from streaming.config import RuleSettings
-from streaming.rules.clients import ClientShard
+from streaming.engine.local import LocalDetector
+from streaming.rules.clients import ClientShard, _has_open
 from streaming.rules.nodes import follows_kip601, setup_timeout_bounds
 from streaming.rules.records import ClientRecord
+from streaming.tools.simulate import SCENARIOS, run_scenario
 from tests.support.builders import attempt, commit, failed, rebootstrap, response, run, summary
 
 S = RuleSettings()
@@ -119,6 +121,27 @@ def test_client_conditions_come_in_client_id_order_whatever_order_the_clients_we
                                              stale_last_ms=[300], stale_counts=[1])
     order = [(c.alertname, dict(c.labels)["client_id"]) for c in shard.conditions(400)]
     assert order == [(name, client) for client in "abc" for name in ("StaleMetadataResponse", "ClusterIdMismatch")]
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_clients_kept_as_open_are_those_a_pass_over_every_client_finds(name):
+    """Why: a shard's summary and evaluations look again only at the clients open last time and
+    those touched since (ClientShard._open), every step; a change that did not mark its client
+    touched would leave its incident out of the summary, or a closed one in. After every step of
+    every client shard, the kept set is what a pass over every client finds."""
+    result = run_scenario(name)
+    detector = LocalDetector(result.truth.rule_settings())
+    largest = 0
+    for start in range(0, len(result.events), 97):
+        detector.feed(result.events[start:start + 97])
+        for engine in detector.engines.values():
+            table = engine.table
+            if engine.kind == "clients" and table.open_ids is not None:
+                assert table.open_ids == {i for i, c in table.clients.items() if _has_open(c)}, start
+                largest = max(largest, len(table.open_ids))
+    client_alerts = {"StaleMetadataResponse", "ClientRebootstrapOverdue", "ClusterIdMismatch"}
+    if any(e.alertname in client_alerts for e in result.truth.expected):
+        assert largest > 0, "a client had an incident open"
 
 
 @pytest.mark.parametrize("kind,events,until,expected", [
