@@ -52,6 +52,9 @@ class StepResult:
     touched: set = field(default_factory=set)  # ids of the entities the step changed or added
     deadline: int | None = None
     late: int = 0
+    # entities the step forgot (expired, or a reset's): none, and the table kept every entity in
+    # its place, new ones last (streaming.spark.key_steps writes only the touched ones again)
+    forgot: int = 0
 
 
 @dataclass
@@ -164,6 +167,7 @@ class KeyEngine:
         """A cluster_reset (epochwatch reset-cluster): an operator says the key's state is wrong
         (e.g. what forged events left). Everything known is dropped; the open alerts resolve now,
         as the rules no longer find their conditions; later events start afresh."""
+        out.forgot += len(getattr(self.table, self.kind))
         self.table = KINDS[self.kind].table(self.cluster_id, self.settings)
         self._evaluate(now, out)
         # the metrics sink drops the cluster's series (streaming.sinks.metrics.Metrics.forget_cluster)
@@ -173,6 +177,7 @@ class KeyEngine:
     def _evaluate(self, now: int, out: StepResult) -> None:
         table = self.table
         records, gone = self._evaluation().run(now)
+        out.forgot += len(gone)
         # after the run: what its own catch-up changed (a broker timed out at `now`) is in these
         # conditions already, and must not make the next event, whichever it is, evaluate again
         table.dirty = False

@@ -74,6 +74,13 @@ def plan(cls, before: dict | None, after: dict, touched, logged: int, spread: fl
     # changed in place, the same object in ``before``. New ones last, in the table's order, as
     # replay puts them.
     changed = [key for key in touched if key in before and key in after] + keys[len(kept):]
+    return plan_changes(cls, after, changed, removed, logged, spread)
+
+
+def plan_changes(cls, after: dict, changed: list, removed: list, logged: int, spread: float = 0.0) -> TableWrite:
+    """``plan`` once the changes are known: ``changed``, the ids to write again (the new ones last,
+    in the table's order) and ``removed``, the ids dropped; the table's other entities are where
+    the stored table has them."""
     size = len(changed) + len(removed)
     if size == 0:
         return TableWrite(False, None, None, False, logged)

@@ -259,9 +259,8 @@ def _step(request: StepRequest, engine: KeyEngine, stored: Stored, engines: Engi
     table_rows = getattr(engine.table, name)
     row_values, write, logged = None, None, 0
     if key_kind.incremental_json:
-        row_values = _row_values(cls, table_rows, stored.row_values, result.touched)
-        write = json_tables.plan(cls, stored.row_values, row_values, result.touched, stored.logged,
-                                 json_tables.rewrite_spread(request.cluster_id, request.shard))
+        row_values, write = _table_write(cls, table_rows, stored, result,
+                                         json_tables.rewrite_spread(request.cluster_id, request.shard))
         entities, logged = write.base, write.logged
     else:
         entities = _json_value(cls, list(table_rows.values()), engine.table.cluster if kind == "brokers" else None)
@@ -295,6 +294,24 @@ def _sent_records(table: pa.Table, fresh: pa.ChunkedArray) -> tuple[pa.Array, pa
 
 def _has_reset(table: pa.Table | None) -> bool:
     return table is not None and pc.any(pc.equal(table.column("event_type"), CLUSTER_RESET)).as_py() is True
+
+
+def _table_write(cls, table: dict, stored: Stored, result, spread: float) -> tuple[dict, json_tables.TableWrite]:
+    """Each record's row values as the JSON table will hold them, and the write that takes the
+    stored table there (streaming.spark.json_tables)."""
+    before, touched = stored.row_values, result.touched
+    if before is not None and not result.forgot and len(touched) < len(table) // 2:
+        # Nothing forgotten: every stored entity is still in its place and the new ones follow,
+        # so only the touched and the new are looked at, not the shard's tens of thousands. The
+        # stored values are brought up to date in place: the engine cache took them for this step.
+        values = operator.attrgetter(*records.field_names(cls))
+        changed = [key for key in touched if key in before]
+        changed += itertools.islice(table, len(before), None)
+        for key in changed:
+            before[key] = values(table[key])
+        return before, json_tables.plan_changes(cls, before, changed, [], stored.logged, spread)
+    row_values = _row_values(cls, table, before, touched)
+    return row_values, json_tables.plan(cls, before, row_values, touched, stored.logged, spread)
 
 
 def _row_values(cls, table: dict, before: dict | None, touched: set) -> dict:

@@ -222,3 +222,69 @@ def test_the_stored_row_values_are_redone_only_for_what_a_step_touched_added_or_
         got = key_steps._row_values(Rec, table, stored, touched)
         assert list(got.items()) == list(expected.items()), step
         stored = got
+
+
+def test_a_step_that_forgot_nothing_writes_what_the_full_comparison_writes():
+    """Why: a shard's step that forgot no entity trusts every stored one to be in its place and
+    redoes only the touched and new ones, in place, where the full comparison goes through every
+    one of its tens of thousands; a step that forgot some takes the full comparison. Whatever the
+    steps did, the values and the write (log entry or rewrite) are the full comparison's."""
+    import copy
+    import random
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from streaming.spark import json_tables, key_steps
+    from streaming.spark.key_steps import Stored
+
+    @dataclass
+    class Rec:
+        key: str
+        value: int
+
+    rng = random.Random(11)
+    table = {f"c{i}": Rec(f"c{i}", i) for i in range(200)}
+    stored, logged, fast = None, 0, 0
+    for step in range(300):
+        touched, forgot = set(), 0
+        for _ in range(rng.choice([0, 1, 3, 30, 150])):
+            action, key = rng.random(), f"c{rng.randrange(260)}"
+            if action < 0.75 and key in table:
+                table[key].value += 1
+            elif action < 0.8 and key in table:
+                del table[key]  # forgotten
+                forgot += 1
+            elif action < 0.85 and key in table:
+                del table[key]
+                table[key] = Rec(key, step)  # forgotten and back within the step: last
+                forgot += 1
+            elif key not in table:
+                table[key] = Rec(key, step)  # new: last
+            touched.add(key)
+        expected_values = key_steps._row_values(Rec, table, copy.deepcopy(stored), touched)
+        expected = json_tables.plan(Rec, copy.deepcopy(stored), expected_values, touched, logged, 0.5)
+        values, write = key_steps._table_write(Rec, table, Stored([], None, stored, logged),
+                                               SimpleNamespace(touched=touched, forgot=forgot), 0.5)
+        assert list(values.items()) == list(expected_values.items()), step
+        assert write == expected, step
+        fast += stored is not None and not forgot and len(touched) < len(table) // 2
+        stored, logged = values, write.logged
+    assert fast > 100, "most steps took the way of a step that forgot nothing"
+
+
+def test_a_step_says_how_many_entities_it_forgot():
+    """Why: the step's write trusts the stored entities to be in their places when it forgot none
+    (test above); an expiry, or a reset that empties the key, must be counted."""
+    from streaming.engine.key_engine import KeyEngine
+    from streaming.events import CLUSTER_RESET
+
+    rules = RuleSettings(entity_expiry_ms=5_000, client_shards=1)
+    engine = KeyEngine.new("clients", "c1", 0, rules)
+    first = engine.step([response(0, "a", 1, 5), response(0, "b", 1, 5)], 1_000)
+    assert first.forgot == 0
+    # a is silent past the expiry and back within one step: forgotten, then added again, last
+    back = engine.step([response(t, "b", 1, 5) for t in range(1_000, 9_000, 1_000)] + [response(9_500, "a", 1, 5)],
+                       10_000)
+    assert back.forgot == 1 and list(engine.table.clients) == ["b", "a"]
+    reset = {**response(11_000, "a", 1, 5), "event_type": CLUSTER_RESET}
+    assert engine.step([reset], 12_000).forgot == 2
