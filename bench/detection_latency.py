@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.host, run as a script
 from bench.host import (  # noqa: E402
+    RoundTrips,
     busy_share,
     cpu_seconds_by_role,
     cpu_used,
@@ -42,6 +43,7 @@ from bench.host import (  # noqa: E402
     host_parallelism,
     machine_times,
     python_speed,
+    round_trips_line,
 )
 
 
@@ -90,6 +92,9 @@ def main(argv=None) -> int:
 
     with EmbeddedBroker() as broker:
         host_before = host_parallelism(), python_speed()   # the broker started, nothing else running
+        idle_trips = RoundTrips()
+        time.sleep(3)
+        idle_trips = idle_trips.stop()
         settings = config.load(overrides={**parse_overrides(args.set), "kafka.bootstrap.servers": broker.bootstrap_servers,
                                           "kafka.startingOffsets": "earliest"})
         checkpoint = tempfile.mkdtemp(prefix="epochwatch-latency-")  # ~200 MB after a default run: removed below
@@ -117,9 +122,10 @@ def main(argv=None) -> int:
         steady_from = time.time() + args.warmup
         time.sleep(args.warmup)
         steady.set()
-        cpu_before, machine_before = cpu_seconds_by_role(), machine_times()
+        cpu_before, machine_before, trips = cpu_seconds_by_role(), machine_times(), RoundTrips()
         time.sleep(args.seconds)
         cpu, busy = cpu_used(cpu_before, cpu_seconds_by_role()), busy_share(machine_before, machine_times())
+        loaded_trips = trips.stop()
         stop.set()
         injected, last_heartbeat, silenced = results.get(timeout=120)
         producer.join()
@@ -130,6 +136,7 @@ def main(argv=None) -> int:
         host_after = host_parallelism(), python_speed()
 
     print("\n" + host_line((host_before[0] + host_after[0]) / 2, (host_before[1] + host_after[1]) / 2))
+    print(round_trips_line(idle_trips, loaded_trips, f"in the steady {args.seconds} s"))
     print(f"target {args.rate:,} events/s, trigger '{args.trigger}', 1,000 brokers / 100,000 clients, "
           f"engine hosts {args.engine_hosts}, client shards {settings.rules.client_shards}"
           + "".join(f", {s}" for s in [*args.set, *args.conf]))

@@ -7,6 +7,7 @@ went in the same run.
   source's decoding and the state API's client are Python; the engine hosts are all Python).
 - ``host_parallelism``: the work two busy processes get done side by side, over one alone's.
 - ``cpu_seconds_by_role``: the CPU used so far by the benchmark's processes, by what they are.
+- ``RoundTrips``: how long a hand-off between two processes takes, alone and under the run's load.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def host_line(parallelism: float, speed: float) -> str:
 
 
 def _role(command: str) -> str:
+    if "bench.host import _ping" in command:
+        return "round trips"
     if "tansu" in command or "kafka.Kafka" in command:
         return "broker"
     if "java" in command.split(" ")[0]:
@@ -103,3 +106,63 @@ def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
     """The share of all cores' time that was busy between two ``machine_times``."""
     total = after[0] - before[0]
     return (total - (after[1] - before[1])) / total if total else 0.0
+
+
+ROUND_TRIP_EVERY_S = 0.05
+
+
+class RoundTrips:
+    """Round trips between two processes over a Unix socket pair, one every ROUND_TRIP_EVERY_S
+    while it runs: how long a process waits to be woken on this host, under the load around it. A
+    micro-batch is a chain of such hand-offs (the JVM and its Python workers, a worker and its
+    engine host, the state API's calls), which two busy loops side by side do not see. The pair
+    runs in a process of its own (``_ping``), so the GIL of the benchmark's process is not in it."""
+
+    def __init__(self):
+        import subprocess
+        import sys
+
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", f"from bench.host import _ping; _ping({ROUND_TRIP_EVERY_S!r})"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+    def stop(self) -> list[float]:
+        """The round trips measured, in seconds."""
+        out, _ = self._process.communicate("stop\n", timeout=30)
+        return [float(v) for v in out.split()]
+
+
+def _ping(interval: float) -> None:
+    """RoundTrips' process: a round trip to an echoing child every ``interval`` s until a line comes
+    on stdin, then each one's seconds on stdout."""
+    import select
+    import socket
+    import sys
+
+    mine, theirs = socket.socketpair()
+    if os.fork() == 0:
+        mine.close()
+        while data := theirs.recv(64):
+            theirs.sendall(data)
+        os._exit(0)
+    theirs.close()
+    times = []
+    while not select.select([sys.stdin], [], [], interval)[0]:
+        started = time.perf_counter()
+        mine.sendall(b"x")
+        mine.recv(64)
+        times.append(time.perf_counter() - started)
+    mine.close()
+    os.wait()
+    print(" ".join(f"{t:.7f}" for t in times))
+
+
+def round_trips_line(idle: list[float], loaded: list[float], what: str) -> str:
+    def figures(times: list[float]) -> str:
+        times = sorted(times)
+        at = lambda q: times[min(len(times) - 1, int(q * len(times)))] * 1e6
+        return f"median {at(.5):.0f} us, p90 {at(.9):.0f}, p99 {at(.99):.0f} ({len(times)})"
+
+    return (f"round trips between two processes, one every {ROUND_TRIP_EVERY_S * 1000:.0f} ms: with nothing else "
+            f"running {figures(idle)}; "
+            f"{what} {figures(loaded)}")
