@@ -159,10 +159,11 @@ def _ping(interval: float) -> None:
 
 def round_trips_line(idle: list[float], loaded: list[float], what: str) -> str:
     def figures(times: list[float]) -> str:
+        if not times:
+            return "none measured"
         times = sorted(times)
         at = lambda q: times[min(len(times) - 1, int(q * len(times)))] * 1e6
         return f"median {at(.5):.0f} us, p90 {at(.9):.0f}, p99 {at(.99):.0f} ({len(times)})"
 
     return (f"round trips between two processes, one every {ROUND_TRIP_EVERY_S * 1000:.0f} ms: with nothing else "
-            f"running {figures(idle)}; "
-            f"{what} {figures(loaded)}")
+            f"running {figures(idle)}; {what} {figures(loaded)}")
