@@ -165,5 +165,5 @@ def round_trips_line(idle: list[float], loaded: list[float], what: str) -> str:
         at = lambda q: times[min(len(times) - 1, int(q * len(times)))] * 1e6
         return f"median {at(.5):.0f} us, p90 {at(.9):.0f}, p99 {at(.99):.0f} ({len(times)})"
 
-    return (f"round trips between two processes, one every {ROUND_TRIP_EVERY_S * 1000:.0f} ms: with nothing else "
-            f"running {figures(idle)}; {what} {figures(loaded)}")
+    return (f"round trips between two processes, one every {ROUND_TRIP_EVERY_S * 1000:.0f} ms: before the job "
+            f"started {figures(idle)}; {what} {figures(loaded)}")
