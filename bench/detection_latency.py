@@ -92,9 +92,9 @@ def main(argv=None) -> int:
 
     with EmbeddedBroker() as broker:
         host_before = host_parallelism(), python_speed()   # the broker started, nothing else running
-        idle_trips = RoundTrips()
+        trips_before = RoundTrips()
         time.sleep(3)
-        idle_trips = idle_trips.stop()
+        idle_trips = trips_before.stop()
         settings = config.load(overrides={**parse_overrides(args.set), "kafka.bootstrap.servers": broker.bootstrap_servers,
                                           "kafka.startingOffsets": "earliest"})
         checkpoint = tempfile.mkdtemp(prefix="epochwatch-latency-")  # ~200 MB after a default run: removed below
