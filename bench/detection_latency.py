@@ -42,6 +42,7 @@ from bench.host import (  # noqa: E402
     host_line,
     host_parallelism,
     machine_times,
+    nearest_rank,
     python_speed,
     round_trips_line,
 )
@@ -246,7 +247,7 @@ def report(phase: str, injected: dict, emitted: dict, rows: list[dict]) -> None:
     from streaming.sinks.metrics import input_records
 
     lat = sorted(emitted[b] - t for b, t in injected.items() if b in emitted)
-    pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")
+    pct = lambda q: nearest_rank(lat, q) if lat else float("nan")
     print(f"\n{phase}: injected {len(injected)} zombie heartbeats, detected {len(lat)}, "
           f"missing {len(injected) - len(lat)}")
     print(f"  produce -> alert record latency: p50 {pct(.5):.2f} s, p99 {pct(.99):.2f} s, "

@@ -108,6 +108,11 @@ def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
     return (total - (after[1] - before[1])) / total if total else 0.0
 
 
+def nearest_rank(ordered: list[float], q: float) -> float:
+    """The value at quantile ``q`` of ``ordered`` (sorted, not empty), by rank."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 ROUND_TRIP_EVERY_S = 0.05
 
 
@@ -122,9 +127,10 @@ class RoundTrips:
         import subprocess
         import sys
 
+        tree = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where ``bench`` imports from
         self._process = subprocess.Popen(
             [sys.executable, "-c", f"from bench.host import _ping; _ping({ROUND_TRIP_EVERY_S!r})"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tree)
 
     def stop(self) -> list[float]:
         """The round trips measured, in seconds."""
@@ -162,7 +168,7 @@ def round_trips_line(idle: list[float], loaded: list[float], what: str) -> str:
         if not times:
             return "none measured"
         times = sorted(times)
-        at = lambda q: times[min(len(times) - 1, int(q * len(times)))] * 1e6
+        at = lambda q: nearest_rank(times, q) * 1e6
         return f"median {at(.5):.0f} us, p90 {at(.9):.0f}, p99 {at(.99):.0f} ({len(times)})"
 
     return (f"round trips between two processes, one every {ROUND_TRIP_EVERY_S * 1000:.0f} ms: before the job "
