@@ -46,6 +46,11 @@ REBOOTSTRAP_REQUIRED = 129
 # KIP-343's INVALID_INCARNATION_ID never got a code in released Kafka; epochwatch uses this one.
 INVALID_INCARNATION_ID = 1001
 
+# A heartbeat's incarnation when its sender could not tell which process sent it (the collector
+# before a broker's start time is seen): it counts for the broker's current incarnation, and the
+# first real one after it is learned, not a restart.
+UNKNOWN_INCARNATION = 0
+
 
 # The longest id (every string field of an event is one: cluster, client, group, topic, event
 # and incarnation ids) in UTF-8 bytes, Kafka's own limit for a topic name. Longer ones are refused

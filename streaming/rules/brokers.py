@@ -82,7 +82,8 @@ class BrokerFleet(RulesTable):
                     f"{s.max_controller_epoch_jump} past {c.controller_epoch}")
         if kind == "broker_heartbeat":
             b = self.brokers.get(ev["broker_id"])
-            if b is not None and jumps(ev["incarnation_id"], b.incarnation_id, s.max_epoch_jump):
+            known = b is not None and b.incarnation_id != events.UNKNOWN_INCARNATION  # else the first is learned
+            if known and jumps(ev["incarnation_id"], b.incarnation_id, s.max_epoch_jump):
                 return self._unconfirmed_leap(b, ev["incarnation_id"])
         elif jumps(ev["metadata_epoch"], c.newest_epoch, s.max_epoch_jump):
             return (f"metadata_epoch {ev['metadata_epoch']} leaps more than rules.event.max.epoch.jump="
@@ -122,11 +123,13 @@ class BrokerFleet(RulesTable):
         self._observe_controller(ev["controller_id"], ev["controller_epoch"], t)
         incarnation = ev["incarnation_id"]
         rejected = ev.get("error_code") in REGRESSION_ERRORS
+        if incarnation == events.UNKNOWN_INCARNATION and not rejected:
+            incarnation = max(b.incarnation_id, incarnation)  # its sender could not tell: the current one's
         if b.incarnation_id >= 0 and (incarnation < b.incarnation_id or rejected):
             self._old_incarnation_heartbeat(b, incarnation, t)
             return  # KIP-343: a heartbeat of an old incarnation changes nothing
         if incarnation > b.incarnation_id:
-            if b.incarnation_id >= 0:
+            if b.incarnation_id > events.UNKNOWN_INCARNATION:  # after an unknown one, the first known is learned
                 self._restart(b, incarnation, t)
             b.incarnation_id = incarnation
         elif t < b.last_heartbeat_ms:

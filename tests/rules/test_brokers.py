@@ -7,6 +7,7 @@ from tests.support.builders import hb, heartbeats, response, run, summary, updat
 
 B = (1, 2, 3)
 S = RuleSettings()  # timeout 9000, pending 3000, heartbeat interval 2000
+T_START = 1_767_225_600_000  # a start time in ms, the collector's incarnation: far past 0
 
 
 def case(n, why, events, until, expected, **settings):
@@ -69,6 +70,16 @@ CASES = [
     case(16, "fenced by the controller while ACTIVE is not a shutdown: a timeout-free fence pages nobody",
          heartbeats((1, 3), 0, 60000) + heartbeats((2,), 0, 10000) + [hb(10500, 2, current="INACTIVE")], 60000,
          [], not_returned_grace_ms=30000),
+    case(17, "incarnation 0 (its sender could not tell) then a start time: learned, not a restart; a later one is",
+         heartbeats(B, 0, 20000, inc=0) + heartbeats(B, 20000, 40000, inc=T_START)
+         + heartbeats((1, 3), 40000, 60000, inc=T_START) + heartbeats((2,), 40000, 60000, inc=T_START + 30000),
+         60000, [("firing", "BrokerRestarted", "2")]),
+    case(18, "incarnation 0 after a known one (a collector restarted, pages late) counts for the known process",
+         heartbeats(B, 0, 20000, inc=T_START) + heartbeats(B, 20000, 40000, inc=0)
+         + heartbeats(B, 40000, 60000, inc=T_START), 60000, []),
+    case(19, "incarnation 0 with STALE_BROKER_EPOCH is still an old incarnation's heartbeat",
+         heartbeats(B, 0, 40000, inc=T_START) + [hb(20500, 2, inc=0, error=77)], 40000,
+         [("firing", "BrokerIncarnationRegression", "2"), ("resolved", "BrokerIncarnationRegression", "2")]),
 ]
 
 
