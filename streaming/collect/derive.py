@@ -31,7 +31,7 @@ from typing import Mapping
 from streaming.collect.exporter import (BROKER_PENDING_CONTROLLED_SHUTDOWN, BROKER_RUNNING, BROKER_SHUTTING_DOWN,
                                         REGISTRATION_CONTROLLED_SHUTDOWN, REGISTRATION_FENCED)
 from streaming.collect.probes import MetadataAnswer
-from streaming.events import DUPLICATE_BROKER_REGISTRATION, STALE_BROKER_EPOCH
+from streaming.events import DUPLICATE_BROKER_REGISTRATION, STALE_BROKER_EPOCH, UNKNOWN_INCARNATION
 
 # How long a partition's newest leader epoch is remembered after the last answer that listed it
 # (a deleted topic must not be compared against forever).
@@ -105,7 +105,6 @@ class Sent:
     served_version: int = -1
     behind_rounds: dict[int, int] = field(default_factory=dict)  # consecutive rounds found behind
     first_heard: dict[int, int] = field(default_factory=dict)    # when a broker's start time was awaited
-    no_start_time: set[int] = field(default_factory=set)         # brokers sent with incarnation 0 for good
     fenced_running: set[int] = field(default_factory=set)        # serving, then fenced while running: held a round
 
 
@@ -127,7 +126,7 @@ class EventDeriver:
     def _heartbeats(self, r: Round, b: BrokerObservation) -> list[dict]:
         s, sent, bid = self.settings, self.sent, b.broker_id
         before = sent.incarnation.get(bid)
-        if b.start_time_ms is not None and bid not in sent.no_start_time:
+        if b.start_time_ms is not None:
             sent.incarnation[bid] = b.start_time_ms
         hb = b.heartbeat_ms
         # The controller's gauge stops at the session timeout: from there on it says nothing new.
@@ -159,18 +158,17 @@ class EventDeriver:
 
     def _incarnation_known(self, r: Round, bid: int) -> bool:
         """A broker's heartbeats wait for its start time (its exporter's page, which can take a
-        round or two to arrive) for up to half a session: a later switch from "unknown" to a
-        start time would be a leap of decades that the job refuses as implausible. A broker
-        whose page never comes (no exporter for it) is sent with incarnation 0 for good: its
-        heartbeats count, its restarts cannot be told."""
+        round or two to arrive) for up to half a session, then go with the unknown incarnation
+        (0) until a page says when the process started: the job counts those heartbeats for the
+        broker's current process and learns the first start time after them (not a restart).
+        A restart while the start time is unknown cannot be told."""
         sent = self.sent
         if bid in sent.incarnation:
             return True
         first = sent.first_heard.setdefault(bid, r.now_ms)
         if r.now_ms - first < self.settings.session_timeout_ms // 2:
             return False
-        sent.incarnation[bid] = 0
-        sent.no_start_time.add(bid)
+        sent.incarnation[bid] = UNKNOWN_INCARNATION
         return True
 
     def _leaving(self, b: BrokerObservation, incarnation_before: int | None) -> bool:
@@ -184,7 +182,7 @@ class EventDeriver:
         not answering yet in the round that saw it heartbeat again, fenced)."""
         last, hb = self.sent.heartbeat_ms.get(b.broker_id), b.heartbeat_ms
         heard = last is not None and hb is not None and hb - last < self.settings.session_timeout_ms
-        same_process = b.start_time_ms is None or b.start_time_ms == incarnation_before
+        same_process = b.start_time_ms in (None, incarnation_before) or incarnation_before == UNKNOWN_INCARNATION
         return heard and self.sent.state.get(b.broker_id) in ("ACTIVE", "STOPPING") and same_process
 
     def _fenced_while_running(self, b: BrokerObservation, state: str, before: int | None) -> bool:
@@ -238,7 +236,7 @@ class EventDeriver:
         stopping = state == "STOPPING"
         return {**self._head(r, "broker_heartbeat", f"broker-{bid}", tag, t),
                 "controller_id": r.controller_id, "controller_epoch": r.controller_epoch, "broker_id": bid,
-                "incarnation_id": self.sent.incarnation.get(bid, 0), "incarnation_uuid": None,
+                "incarnation_id": self.sent.incarnation.get(bid, UNKNOWN_INCARNATION), "incarnation_uuid": None,
                 "target_state": "STOPPING" if stopping else "ACTIVE", "want_fence": None,
                 "want_shutdown": True if stopping else None, "current_metadata_offset": offset,
                 "error_code": 0, "current_state": state}
