@@ -207,8 +207,9 @@ def test_a_collector_restarted_while_an_exporter_fails_pages_nobody_and_still_te
         monitor.restart_collector(instead={2: gate.url})
         wait_until(lambda: len([e for e in heartbeats_of_2(sent_before) if e["incarnation_id"] == 0]) >= 3,
                    timeout_s=60, interval_s=0.5, what="three heartbeats of broker 2 sent with the unknown incarnation")
+        unknown_until = len(monitor.collector.events())  # the stopped collector's last events lie before this
         gate.opened.set()
-        known = wait_until(lambda: next((e for e in heartbeats_of_2(sent_before) if e["incarnation_id"] > 0), None),
+        known = wait_until(lambda: next((e for e in heartbeats_of_2(unknown_until) if e["incarnation_id"] > 0), None),
                            timeout_s=60, interval_s=0.5, what="broker 2's start time sent once its page comes")
         assert gate.refused > 0
         hold_quiet(monitor, (PENDING_MS + 2 * COLLECT_MS) / 1000, since_ms=start)
