@@ -189,13 +189,12 @@ def write_web_config(out: Path, *, users: dict[str, str] | None = None, cert: Pa
     return out
 
 
-class BearerTokenProxy:
-    """A reverse proxy on 127.0.0.1 that lets through only requests with ``Authorization: Bearer
-    <token>``, the way platforms put token auth in front of Alertmanager (which has none of its
-    own): Mimir's and Cortex's gateways, kube-rbac-proxy, oauth2-proxy. ``token`` may be changed
-    while it runs (a rotated token)."""
+class GatedProxy:
+    """A reverse proxy on 127.0.0.1 in front of ``upstream`` (scheme, host and port; the request's
+    path is kept) that answers a request itself when :meth:`refusal` says so, counted in
+    ``refused``; an upstream that cannot be reached is a 502."""
 
-    def __init__(self, upstream: str, token: str):
+    def __init__(self, upstream: str):
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -206,15 +205,20 @@ class BearerTokenProxy:
                 self._forward("POST")
 
             def _forward(self, method: str) -> None:
-                if self.headers.get("Authorization") != f"Bearer {proxy.token}":
+                refused = proxy.refusal(self.headers)
+                if refused is not None:
                     proxy.refused += 1
-                    self.send_response(401)
+                    self.send_response(refused[0])
                     self.end_headers()
-                    self.wfile.write(b"Unauthorized\n")
+                    self.wfile.write(refused[1].encode())
                     return
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                answer = requests.request(method, upstream + self.path, data=body or None, timeout=5,
-                                          headers={"Content-Type": self.headers.get("Content-Type", "")})
+                try:
+                    answer = requests.request(method, upstream + self.path, data=body or None, timeout=5,
+                                              headers={"Content-Type": self.headers.get("Content-Type", "")})
+                except requests.RequestException as exc:  # the upstream is down (a broker restarting)
+                    self.send_error(502, str(exc))
+                    return
                 self.send_response(answer.status_code)
                 self.send_header("Content-Type", answer.headers.get("Content-Type", "text/plain"))
                 self.end_headers()
@@ -223,11 +227,14 @@ class BearerTokenProxy:
             def log_message(self, *args):
                 pass
 
-        self.token = token
         self.refused = 0
         self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
+
+    def refusal(self, headers) -> tuple[int, str] | None:
+        """(status, body) to answer instead of the upstream, or None to let the request through."""
+        return None
 
     @property
     def url(self) -> str:
@@ -236,6 +243,20 @@ class BearerTokenProxy:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class BearerTokenProxy(GatedProxy):
+    """A reverse proxy on 127.0.0.1 that lets through only requests with ``Authorization: Bearer
+    <token>``, the way platforms put token auth in front of Alertmanager (which has none of its
+    own): Mimir's and Cortex's gateways, kube-rbac-proxy, oauth2-proxy. ``token`` may be changed
+    while it runs (a rotated token)."""
+
+    def __init__(self, upstream: str, token: str):
+        self.token = token
+        super().__init__(upstream)
+
+    def refusal(self, headers) -> tuple[int, str] | None:
+        return None if headers.get("Authorization") == f"Bearer {self.token}" else (401, "Unauthorized\n")
 
 
 def prometheus_config_for_test(out: Path, metrics_port: int) -> Path:

@@ -10,14 +10,14 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
 
 from tests.integration.faults.support import JobProcess, TopicTail
+from tests.integration.observability.services import GatedProxy
 from tests.support.polling import wait_until
 
 PAGING = ("warning", "critical")
@@ -151,45 +151,21 @@ class Monitor:
         self.collector.start()
 
 
-class ExporterGate:
-    """An exporter's page behind a gate on 127.0.0.1: 503 while shut (an exporter that fails, as
-    pages did for several rounds on a crowded host), the exporter's own page once opened."""
+class ExporterGate(GatedProxy):
+    """A node's exporter page behind a gate on 127.0.0.1: 503 while shut (an exporter that fails,
+    as pages did for several rounds on a crowded host), the exporter's own page once opened."""
 
-    def __init__(self, upstream: str):
-        gate = self
+    def __init__(self, metrics_url: str):
+        self.opened = threading.Event()
+        self._path = urllib.parse.urlsplit(metrics_url).path
+        super().__init__(metrics_url[:-len(self._path)])
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                if not gate.opened.is_set():
-                    gate.refused += 1
-                    self.send_error(503, "the gate is shut")
-                    return
-                try:
-                    with urllib.request.urlopen(upstream, timeout=5) as page:
-                        body = page.read()
-                except OSError as exc:  # the broker restarting: its exporter is down too
-                    self.send_error(502, str(exc))
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.opened, self.refused = threading.Event(), 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+    def refusal(self, headers) -> tuple[int, str] | None:
+        return None if self.opened.is_set() else (503, "the gate is shut\n")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_port}/metrics"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        return super().url + self._path
 
 
 def now_ms() -> int:
