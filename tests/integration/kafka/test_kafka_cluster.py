@@ -225,6 +225,9 @@ def test_a_cut_relay_holds_connections_silently_and_heal_drops_them():
         upstream, _ = server.accept()
         relay.cut()
         during = socket.create_connection(("127.0.0.1", relay.port), timeout=5)  # accepted, then held
+        # the kernel completes the connect before the relay's thread takes it: a take after heal()
+        # would forward it, so the checks below wait for the relay to hold it
+        wait_until(lambda: len(relay._conns) == 3, timeout_s=10, what="the relay holding the new connection")
         before.sendall(b"ping")
         upstream.settimeout(0.5)
         with pytest.raises(TimeoutError):
