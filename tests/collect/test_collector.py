@@ -197,7 +197,8 @@ class PausedBroker(Probe):
 
 
 # A round defers a slow call only when its other calls finish before the request timeout: 2 s
-# leaves room on a loaded host (at 200 ms, a CI run's page parse once took the whole timeout).
+# leaves room on a loaded host (at 200 ms, a CI run's round once did not get its fake page and
+# metadata answers in time).
 ROOMY_TIMEOUT = {"collect.request.timeout.ms": 2000}
 
 
