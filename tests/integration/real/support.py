@@ -157,8 +157,9 @@ class ExporterGate(GatedProxy):
 
     def __init__(self, metrics_url: str):
         self.opened = threading.Event()
-        self._path = urllib.parse.urlsplit(metrics_url).path
-        super().__init__(metrics_url[:-len(self._path)])
+        parts = urllib.parse.urlsplit(metrics_url)
+        self._path = parts.path
+        super().__init__(f"{parts.scheme}://{parts.netloc}")
 
     def refusal(self, headers) -> tuple[int, str] | None:
         return None if self.opened.is_set() else (503, "the gate is shut\n")
