@@ -12,6 +12,7 @@ from streaming.spark.cluster_gate import ClusterRegistry
 from streaming.spark.kafka_input import kafka_packs
 from streaming.spark.listeners import ClusterRegistryListener, cluster_registry_path
 from streaming.spark.pipeline import PROCESSING_TIME, detect, detect_packs
+from streaming.spark.sessionless_conf import give_sessionless_threads_the_session_conf
 
 # Spark 4.3's error conditions for state that does not match what the query declares
 STATE_LAYOUT_ERRORS = ("STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
@@ -52,4 +53,6 @@ def start(spark, settings: Settings, sinks: Iterable[Sink] | Dispatcher, *, time
               .queryName(query_name))
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
         processingTime=settings.trigger_interval)
-    return writer.start()
+    query = writer.start()
+    give_sessionless_threads_the_session_conf(spark)  # after the start: its cloned session took it back
+    return query

@@ -27,6 +27,7 @@ from streaming.sinks.base import Dispatcher, Sink
 from streaming.spark.checkpoint import use_checkpoint
 from streaming.spark.pipeline import EVENT_TIME, detect
 from streaming.spark.refusals import Refusals
+from streaming.spark.sessionless_conf import give_sessionless_threads_the_session_conf
 from udfs.event_columns import arrow_schema, spark_schema
 
 _TIMESTAMP_COLUMNS = ("event_time", "kafka_timestamp")
@@ -136,6 +137,7 @@ def run_staged(spark, settings: Settings, staged: Path, sinks: list[Sink], check
              .option("checkpointLocation", checkpoint)
              .trigger(availableNow=True)
              .start())
+    give_sessionless_threads_the_session_conf(spark)
     query.awaitTermination()
     dispatcher.close()
     if query.exception():

@@ -41,6 +41,11 @@ DEFAULTS = {
     # minutes; when full the JVM stops compiling (docs/operations.md, JVM).
     "spark.driver.extraJavaOptions": JIT_OPTIONS,
     "spark.executor.extraJavaOptions": JIT_OPTIONS,
+    # Projections interpreted, not compiled: the rows here are packs, a few a task (streaming.spark.packs),
+    # and the state servers build their state variables' encoders again in every task (with
+    # streaming.spark.sessionless_conf; figures: bench/RESULTS.md, Live latency and silence).
+    # Whole-stage code generation is another setting and stays on.
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
 
 
