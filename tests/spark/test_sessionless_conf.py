@@ -49,7 +49,7 @@ def put_sparks_getter_back(spark):
 
 
 def test_threads_without_a_session_read_the_jobs_conf_and_one_with_a_session_its_own(spark):
-    other = spark._jsparkSession.newSession()
+    other = spark._jsparkSession.newSession()  # constructing it put Spark's getter back (put_sparks_getter_back)
     other.conf().set(MODE, "CODEGEN_ONLY")
     assert spark.conf.get(MODE) == "NO_CODEGEN"  # streaming.spark.session's default
     assert on_a_new_jvm_thread(mode_read(spark)) == "FALLBACK", "Spark's getter: its defaults"
