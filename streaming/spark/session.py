@@ -4,6 +4,7 @@ Python processes importing the installed pyspark (streaming.spark.home)."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import sys
@@ -46,6 +47,11 @@ DEFAULTS = {
     # streaming.spark.sessionless_conf; figures: bench/RESULTS.md, Live latency and silence).
     # Whole-stage code generation is another setting and stays on.
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # Python workers talk to their JVM over Unix sockets, not loopback TCP: Spark leaves Nagle's
+    # algorithm on for the TCP ones, and a read task's input, written in small pieces after the
+    # task's first message, waited ~40 ms for Python's delayed acknowledgement in most tasks (the
+    # classic Nagle and delayed-ACK stall; figures: bench/RESULTS.md, Live latency and silence).
+    "spark.python.unix.domain.socket.enabled": "true",
 }
 
 
@@ -69,7 +75,28 @@ def build_session(app_name: str = "epochwatch", master: str | None = None, conf:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("EPOCHWATCH_SPARK_LOG_LEVEL", "ERROR"))
     register_data_sources(spark)
+    remove_accumulator_socket_at_exit(spark.sparkContext)
     return spark
+
+
+_SOCKETS_TO_REMOVE: set[str] = set()
+
+
+def remove_accumulator_socket_at_exit(sc) -> None:
+    """Over Unix sockets PySpark's accumulator server listens on a file in the temporary folder
+    that only ``SparkContext.stop()`` removes; a job ends without it (its JVM stops on its own),
+    and each start left one empty socket file behind."""
+    path = getattr(getattr(sc, "_accumulatorServer", None), "server_address", None)
+    if isinstance(path, str) and path not in _SOCKETS_TO_REMOVE:
+        _SOCKETS_TO_REMOVE.add(path)
+        atexit.register(_remove_if_there, path)
+
+
+def _remove_if_there(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:  # stopped properly: the server removed it
+        pass
 
 
 def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -38,3 +38,36 @@ def test_sparks_planner_processes_import_the_installed_pyspark_too(spark):
 
     spark.dataSource.register(WhereFrom)
     assert spark.read.format("epochwatch-where-from").load().columns == ["installed"]
+
+
+def test_workers_talk_to_the_jvm_over_unix_sockets_not_loopback_tcp(spark):
+    """Why: Spark leaves Nagle's algorithm on for its TCP connections to Python workers, and a read
+    task's input, written in small pieces after the task's first message, waited ~40 ms for the
+    worker's delayed acknowledgement in most tasks (streaming.spark.session)."""
+
+    def socket_kinds(rows):  # defined here: workers cannot import this test module
+        import os
+
+        import pandas as pd
+
+        def inodes(table):
+            with open(f"/proc/net/{table}") as f:
+                lines = f.read().splitlines()[1:]
+            column = 6 if table == "unix" else 9
+            return {line.split()[column] for line in lines if len(line.split()) > column}
+
+        mine = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:  # the listing's own descriptor, closed by now
+                continue
+            if target.startswith("socket:["):
+                mine.add(target[len("socket:["):-1])
+        tcp = inodes("tcp") | inodes("tcp6")
+        for _ in rows:
+            yield pd.DataFrame({"unix": [len(mine & inodes("unix"))], "tcp": [len(mine & tcp)]})
+
+    rows = spark.range(2, numPartitions=2).mapInPandas(socket_kinds, "unix long, tcp long").collect()
+    assert [row.tcp for row in rows] == [0, 0]
+    assert all(row.unix >= 1 for row in rows)

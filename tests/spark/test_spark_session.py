@@ -46,3 +46,20 @@ def test_local_masters_retry_failed_tasks(master, expected, why):
     from streaming.spark.session import with_task_retries
 
     assert with_task_retries(master) == expected, why
+
+
+def test_a_job_that_ends_without_stopping_spark_leaves_no_socket_file_behind(tmp_path):
+    """Why: over Unix sockets PySpark's accumulator server listens on a file that only
+    SparkContext.stop() removes, and the job's process ends without it: one empty file in the
+    temporary folder per start."""
+    import subprocess
+    import sys
+
+    script = ("from streaming.spark.session import build_session\n"
+              "spark = build_session('socket-file-test')\n"
+              "print(spark.sparkContext._accumulatorServer.server_address)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    path = done.stdout.strip().splitlines()[-1]
+    assert path.endswith(".sock")
+    assert not os.path.exists(path)
