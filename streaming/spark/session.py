@@ -85,7 +85,7 @@ _SOCKETS_TO_REMOVE: set[str] = set()
 def remove_accumulator_socket_at_exit(sc) -> None:
     """Over Unix sockets PySpark's accumulator server listens on a file in the temporary folder
     that only ``SparkContext.stop()`` removes; a job ends without it (its JVM stops on its own),
-    and each start left one empty socket file behind."""
+    and each start would leave one empty socket file behind."""
     path = getattr(getattr(sc, "_accumulatorServer", None), "server_address", None)
     if isinstance(path, str) and path not in _SOCKETS_TO_REMOVE:
         _SOCKETS_TO_REMOVE.add(path)
