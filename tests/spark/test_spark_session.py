@@ -48,7 +48,7 @@ def test_local_masters_retry_failed_tasks(master, expected, why):
     assert with_task_retries(master) == expected, why
 
 
-def test_a_job_that_ends_without_stopping_spark_leaves_no_socket_file_behind(tmp_path):
+def test_a_job_that_ends_without_stopping_spark_leaves_no_socket_file_behind():
     """Why: over Unix sockets PySpark's accumulator server listens on a file that only
     SparkContext.stop() removes, and the job's process ends without it: one empty file in the
     temporary folder per start."""
