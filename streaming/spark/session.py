@@ -49,8 +49,8 @@ DEFAULTS = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # Python workers talk to their JVM over Unix sockets, not loopback TCP: Spark leaves Nagle's
     # algorithm on for the TCP ones, and a read task's input, written in small pieces after the
-    # task's first message, waited ~40 ms for Python's delayed acknowledgement in most tasks (the
-    # classic Nagle and delayed-ACK stall; figures: bench/RESULTS.md, Live latency and silence).
+    # task's first message, waited ~40 ms in most tasks: the mark of Nagle's algorithm holding them
+    # for Python's delayed acknowledgement (figures: bench/RESULTS.md, Live latency and silence).
     "spark.python.unix.domain.socket.enabled": "true",
 }
 
