@@ -77,8 +77,9 @@ def test_the_tool_runs_the_command_after_the_double_dash_and_returns_its_exit_co
     assert "cpu cap: 1 cores a 10 ms period" in done.stderr
 
 
-def test_no_command_or_no_cores_is_refused_with_the_fix():
+def test_no_command_or_no_cores_is_refused_with_what_to_give(capsys):
     with pytest.raises(SystemExit):
         main(["--cores", "1"])
+    assert "give the command to run after --" in capsys.readouterr().err
     with pytest.raises(ValueError, match="cores must be above 0"):
         CpuCap(0)
