@@ -33,11 +33,10 @@ class CpuCap:
     def __init__(self, cores: float, period_us: int = 10_000):
         if cores <= 0:
             raise ValueError(f"cores must be above 0, got {cores}")
-        self.cores, self.period_us = cores, period_us
         quota_us = round(cores * period_us)
         name = f"epochwatch-cap-{os.getpid()}"
         if "cpu" in _read(V2_ROOT / "cgroup.controllers").split():
-            self.home = V2_ROOT / _v2_path_of_self()
+            self.home = V2_ROOT / _own_cgroup(None)
             self.path = self.home / name
             self.path.mkdir()
             if not (self.path / "cpu.max").exists():  # the controller is not handed down to this level
@@ -46,7 +45,7 @@ class CpuCap:
                                    "(its cgroup.subtree_control)")
             (self.path / "cpu.max").write_text(f"{quota_us} {period_us}")
         elif (V1_CPU_ROOT / "cpu.cfs_quota_us").exists():
-            self.home = V1_CPU_ROOT / _v1_path_of_self()
+            self.home = V1_CPU_ROOT / _own_cgroup("cpu")
             self.path = self.home / name
             self.path.mkdir()
             (self.path / "cpu.cfs_period_us").write_text(str(period_us))
@@ -83,17 +82,13 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _v2_path_of_self() -> str:
+def _own_cgroup(v1_controller: str | None) -> str:
+    """This process's cgroup (/proc/self/cgroup), relative to its hierarchy's root: v1's for
+    ``v1_controller``, or v2's unified one (id 0, no controllers listed) for None."""
     for line in _read(Path("/proc/self/cgroup")).splitlines():
-        if line.startswith("0::"):
-            return line[3:].lstrip("/")
-    return ""
-
-
-def _v1_path_of_self() -> str:
-    for line in _read(Path("/proc/self/cgroup")).splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):
+        hierarchy, controllers, path = line.split(":", 2)
+        unified = hierarchy == "0" and controllers == ""
+        if unified if v1_controller is None else v1_controller in controllers.split(","):
             return path.lstrip("/")
     return ""
 
