@@ -43,8 +43,11 @@ CLIENTS = KeyKind("clients", ClientShard, records.ClientRecord, ("client_id",),
                   sharded_by="client_id", entity_label="client_id", incremental_json=True)
 NODES = KeyKind("nodes", NodeTable, records.NodeRecord, ("node_id",), frozenset({"connection_attempt"}),
                 entity_label="node_id")
+# A commit shard holds every partition its groups commit and a live micro-batch commits a few of
+# them: written whole, it was ~240 KB a shard every batch of the latency benchmark's fleet
+# (bench/HISTORY.md, session 43), and a cluster's groups can have far more partitions.
 COMMITS = KeyKind("commits", CommitShard, records.CommitRecord, ("group_id", "topic", "partition"),
-                  frozenset({"offset_commit"}), sharded_by="group_id")
+                  frozenset({"offset_commit"}), sharded_by="group_id", incremental_json=True)
 
 KINDS: dict[str, KeyKind] = {k.name: k for k in (BROKERS, CLIENTS, NODES, COMMITS)}
 OWNER_KIND: dict[str, str] = {event_type: k.name for k in KINDS.values() for event_type in k.owns}

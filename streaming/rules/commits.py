@@ -90,6 +90,7 @@ class CommitShard(RulesTable):
         for r in partitions:
             if r.regression_since_ms != NO_TIME and now - r.regression_last_ms >= quiet:
                 r.regression_since_ms = r.regression_last_ms = NO_TIME
+                self.touched.add((r.group_id, r.topic, r.partition))  # stored again: KeyKind.incremental_json
 
     def conditions(self, now: int) -> list[Condition]:
         return [self._regression(r) for r in self.commits.values() if r.regression_since_ms != NO_TIME]

@@ -6,18 +6,18 @@ The format, ``{"fields": [...], "rows": [[...], ...]}``: the field names once in
 record, a third of the bytes an array of objects takes, and faster to read back. A brokers table
 also holds its cluster's ClusterRecord, by field name, as ``cluster``.
 
-The log, why: a client shard holds thousands of clients and a live micro-batch touches a few
-percent of them, yet writing the whole table back took a third of a stateful task (the state API
-and RocksDB's changelog carry every byte of it; figures: bench/HISTORY.md, Live latency and
-silence, session 21). So a step appends only the rows it changed (and the ids of the entities it
-dropped) to the log (the ``table_log`` state variable; the base is ``table``), and rewrites the
-base, emptying the log, once the log has grown as large as the table (times 1 to 2, set per key:
-``rewrite_spread``): the bytes written per step are two to three times the changes, a rebuild
-reads at most three times the table.
+The log, why: a client shard holds thousands of clients (a commit shard, its groups' partitions) and
+a live micro-batch touches a few percent of them, yet writing the whole table back took a third of a
+stateful task (the state API and RocksDB's changelog carry every byte of it; figures:
+bench/HISTORY.md, Live latency and silence, sessions 21 and 43). So a step appends only the rows it
+changed (and the ids of the entities it dropped) to the log (the ``table_log`` state variable; the
+base is ``table``), and rewrites the base, emptying the log, once the log has grown as large as the
+table (times 1 to 2, set per key: ``rewrite_spread``): the bytes written per step are two to three
+times the changes, a rebuild reads at most three times the table.
 
-An entry is a JSON table like the base (``{"fields", "rows"}``) plus ``removed`` (entity ids) and
-``seq`` (its place in the log, from 1), so Spark's state reader can merge them too
-(streaming.spark.state_schema.table_rows).
+An entry is a JSON table like the base (``{"fields", "rows"}``) plus ``removed`` (entity ids; an
+array of them for an entity named by several) and ``seq`` (its place in the log, from 1), so Spark's
+state reader can merge them too (streaming.spark.state_schema.table_rows).
 """
 
 from __future__ import annotations

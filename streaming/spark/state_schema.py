@@ -94,17 +94,24 @@ def table_rows(spark, checkpoint: str, name: str):
             .select("key", F.lit(0).alias("seq"), F.explode(json_rows("value.rows", kind.record)).alias("r")))
     if not kind.incremental_json:
         return base.select("key.*", "r.*")
-    (id_field,) = kind.id_fields  # a log names dropped entities by one id
+    record, ids = schema_of(kind.record), kind.id_fields
+    # a log names a dropped entity by its id, or by the array of its ids (a commit's group, topic
+    # and partition); JSON numbers read as strings here, cast back below
+    removed = "array<string>" if len(ids) == 1 else "array<array<string>>"
     log = (_state_of(spark, checkpoint, "table_log", name)
            .select("key", F.col("list_element.rows").alias("text"))
-           .withColumn("doc", F.from_json("text", "struct<seq:long,removed:array<string>>")))
+           .withColumn("doc", F.from_json("text", f"struct<seq:long,removed:{removed}>")))
     changed = log.select("key", F.col("doc.seq").alias("seq"), F.explode(json_rows("text", kind.record)).alias("r"))
-    entity = schema_of(kind.record)[id_field].dataType
-    dropped = (log.select("key", F.col("doc.seq").alias("seq"), F.explode("doc.removed").alias("id"))
-               .withColumn("id", F.col("id").cast(entity)))
-    rows = (base.unionByName(changed).withColumn("id", F.col(f"r.{id_field}"))
-            .unionByName(dropped.withColumn("r", F.lit(None).cast(schema_of(kind.record)))))
-    latest = Window.partitionBy("key", "id").orderBy(F.col("seq").desc())
+    dropped = log.select("key", F.col("doc.seq").alias("seq"), F.explode("doc.removed").alias("id"))
+    parts = [F.col("id")] if len(ids) == 1 else [F.col("id")[i] for i in range(len(ids))]
+    id_columns = [f"id_{field}" for field in ids]
+    dropped = dropped.select("key", "seq", F.lit(None).cast(record).alias("r"),
+                             *[part.cast(record[field].dataType).alias(column)
+                               for part, field, column in zip(parts, ids, id_columns)])
+    rows = (base.unionByName(changed)
+            .select("key", "seq", "r", *[F.col(f"r.{field}").alias(column) for field, column in zip(ids, id_columns)])
+            .unionByName(dropped))
+    latest = Window.partitionBy("key", *id_columns).orderBy(F.col("seq").desc())
     return (rows.withColumn("n", F.row_number().over(latest)).where("n = 1 and r is not null")
             .select("key.*", "r.*"))
 

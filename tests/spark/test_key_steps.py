@@ -10,10 +10,13 @@ from datetime import datetime, timezone
 import pytest
 
 from streaming.config import RuleSettings
+from streaming.engine.keys import COMMITS
+from streaming.rules.records import NO_TIME
+from streaming.spark.json_tables import replay
 from streaming.spark.key_steps import WRITE_TO_READ_MS, EngineCache, KeySteps, StepOutput, StepRequest, StoredState
 from streaming.spark.routing import routes, shard_of
 from streaming.tools.simulate import run_scenario
-from tests.support.builders import hb, response
+from tests.support.builders import commit, hb, response
 from tests.support.key_feed import empty_state, packed, request
 
 BATCH = 150  # events per micro-batch: several steps per key, events waiting in the buffer
@@ -63,6 +66,30 @@ def test_a_stale_incident_that_ends_quietly_is_stored_by_a_kept_engine():
                    if kind == "clients"})
     assert len(keys) == 2, "a and the other in shards of their own: a's shard has no event while the incident ends"
     step_kept_and_rebuilt(events, rules, keys, batch=10)
+
+
+def test_a_commit_regression_that_ends_quietly_is_stored():
+    """Why: a commit shard's step stores only the partitions it touched (KeyKind.incremental_json);
+    a regression that ends because the partition went quiet, with no commit of it, changes the
+    partition all the same and must reach the store, or the checkpoint (on-call's state reads, an
+    engine rebuilt after a restart) would hold it open."""
+    rules = RuleSettings()
+    quiet = rules.stale_incident_quiet_ms
+    shard = shard_of("g1", rules.client_shards)
+    other = next(g for g in (f"g{i}" for i in range(2, 99)) if shard_of(g, rules.client_shards) == shard)
+    key = ("c1", "commits", shard)
+    events = [commit(0, "g1", 5), commit(1_000, "g1", 3)]  # a consumer on stale metadata
+    events += [commit(t, other, 1, partition=p) for t in range(2_000, 2 * quiet, 1_000) for p in range(3)]
+    steps, meta, stored, fired = KeySteps(), None, None, []
+    for start in range(0, len(events), 10):
+        batch = events[start:start + 10]
+        step = request(rules, key, packed(batch, key, rules.client_shards), meta, batch[-1]["event_time"])
+        out = steps.step(step) or steps.step(step, stored or empty_state())
+        fired += [row for row in out.rows if row["kind"] == "alert" and "OffsetCommitEpochRegression" in row["payload"]]
+        meta, stored = out.meta, stored_after(out, stored)
+    assert len(fired) == 2, "the regression opened and ended"
+    (g1,) = [r for r in replay(COMMITS, stored.entities, stored.log)[0] if r.group_id == "g1"]
+    assert (g1.regression_since_ms, g1.regression_last_ms) == (NO_TIME, NO_TIME)
 
 
 def step_kept_and_rebuilt(events: list[dict], rules: RuleSettings, keys: list[tuple], batch: int = BATCH) -> int:

@@ -5,6 +5,7 @@ with its log of changes (`table_log`), and cluster_rows reads each cluster's rec
 import dataclasses
 import io
 import json
+import time
 from dataclasses import astuple
 
 import orjson
@@ -12,14 +13,15 @@ import pytest
 from pyspark.sql import functions as F
 
 from streaming import config
-from streaming.engine.keys import CLIENTS
-from streaming.rules.records import BrokerRecord, ClientRecord
+from streaming.engine.keys import CLIENTS, COMMITS
+from streaming.rules.records import BrokerRecord, ClientRecord, CommitRecord
 from streaming.sinks.memory import MemorySink
 from streaming.spark import json_tables
 from streaming.spark.checkpoint import refuse_retired_state
 from streaming.spark.replay import replay
 from streaming.spark.state_schema import cluster_rows, json_rows, schema_of, table_rows
 from streaming.tools.simulate import run_scenario
+from tests.support.builders import commit
 
 pytestmark = pytest.mark.spark
 
@@ -86,6 +88,37 @@ def test_a_table_with_a_log_reads_as_the_job_rebuilds_it(spark, tmp_path):
         expected |= {_hashable((*key, *astuple(c))) for c in rebuilt}
     names = ["cluster_id", "kind", "shard", *schema_of(ClientRecord).names]
     assert {_hashable(row) for row in table_rows(spark, checkpoint, "clients").select(*names).collect()} == expected
+
+
+def test_a_commit_shard_with_a_log_reads_as_the_job_rebuilds_it(spark, tmp_path):
+    """Why: a commit shard is stored as a base and a log too, and a log names a dropped partition
+    by its group, topic and partition together: on-call must see each partition's latest commit
+    and none the job forgot."""
+    expiry, t0 = 600_000, int(time.time() * 1000) - 3_600_000  # within rules.event.max.past.ms of now
+    events = [commit(t0, "old", 1, partition=p) for p in range(2)]
+    events += [commit(t0 + expiry // 2, "live", 1, partition=p, offset=1) for p in range(200)]
+    events += [commit(t0 + expiry // 2 + 1_000, "live", 2, partition=p, offset=2) for p in range(10)]
+    events += [commit(t0 + expiry + t, "live", 2, offset=3) for t in range(2_000, 12_000, 1_000)]  # "old" expires
+    settings = config.load()
+    rules = dataclasses.replace(settings.rules, client_shards=1, entity_expiry_ms=expiry)
+    settings = type(settings)(kafka=settings.kafka, rules=rules, sinks=settings.sinks)
+    text = "".join(json.dumps(ev) + "\n" for ev in events)
+    checkpoint = str(tmp_path / "ckpt")
+    replay(spark, settings, io.StringIO(text), "commits", [MemorySink()], chunk_events=60, checkpoint=checkpoint)
+
+    def of_commits(variable):
+        return spark.read.format("statestore").option("stateVarName", variable).load(checkpoint).where(
+            "key.kind = 'commits'").collect()
+
+    base = next((tuple(r["value"]) for r in of_commits("table")), None)  # None: all of it in the log
+    log = sorted((tuple(r["list_element"]) for r in of_commits("table_log")), key=lambda e: orjson.loads(e[1])["seq"])
+    assert any(orjson.loads(text)["removed"] for _, text in log), "a dropped partition is named in the log"
+    rebuilt, _ = json_tables.replay(COMMITS, base, log)
+    assert sorted((c.group_id, c.partition, c.offset) for c in rebuilt) == [
+        ("live", p, 3 if p == 0 else 2 if p < 10 else 1) for p in range(200)]
+    names = schema_of(CommitRecord).names
+    assert ({_hashable(tuple(row)) for row in table_rows(spark, checkpoint, "commits").select(*names).collect()}
+            == {_hashable(astuple(c)) for c in rebuilt})
 
 
 def _hashable(row) -> tuple:
