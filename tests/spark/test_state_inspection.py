@@ -112,7 +112,7 @@ def test_a_commit_shard_with_a_log_reads_as_the_job_rebuilds_it(spark, tmp_path)
 
     base = next((tuple(r["value"]) for r in of_commits("table")), None)  # None: all of it in the log
     log = sorted((tuple(r["list_element"]) for r in of_commits("table_log")), key=lambda e: orjson.loads(e[1])["seq"])
-    assert any(orjson.loads(text)["removed"] for _, text in log), "a dropped partition is named in the log"
+    assert any(orjson.loads(entry)["removed"] for _, entry in log), "a dropped partition is named in the log"
     rebuilt, _ = json_tables.replay(COMMITS, base, log)
     assert sorted((c.group_id, c.partition, c.offset) for c in rebuilt) == [
         ("live", p, 3 if p == 0 else 2 if p < 10 else 1) for p in range(200)]
