@@ -15,6 +15,7 @@ pip-installed Spark's jar has none); otherwise they stay.
 from __future__ import annotations
 
 import gc
+import importlib
 import re
 import sys
 import zipfile
@@ -127,6 +128,25 @@ class FreezeBetweenTasks:
         return found
 
 
+# Imported once by the daemon, before it forks its workers, so that a worker starts with them rather
+# than importing them on its first task (pandas, pyarrow and the project's modules: ~0.45 s of CPU
+# each, most of the job's first two micro-batches: bench/HISTORY.md, session 43). None of them
+# starts a thread on import, which a fork would not carry over.
+PRELOADED = ("pandas", "pyarrow", "streaming.spark.processor", "udfs.kafka_source")
+
+
+def preload(modules=PRELOADED) -> list[str]:
+    """Import ``modules``; those that fail are left to the worker, whose own import reports why."""
+    loaded = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except Exception:  # a missing module is the worker's error to raise, not the daemon's
+            continue
+    return loaded
+
+
 def main() -> None:
     kept = without_redundant_archives(sys.path)
     for entry in set(sys.path) - set(kept):
@@ -134,7 +154,9 @@ def main() -> None:
     sys.path[:] = kept
     from pyspark import daemon
 
-    daemon.gc = FreezeBetweenTasks()
+    preload()
+    gc.freeze()  # what the imports made stays out of every worker's collections (and its pages shared)
+    daemon.gc = FreezeBetweenTasks(floor=max(200_000, 2 * gc.get_freeze_count()))
     daemon.manager()
 
 

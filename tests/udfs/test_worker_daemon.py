@@ -176,5 +176,19 @@ def test_main_gives_the_daemon_the_collector_that_freezes(monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(daemon, "gc", daemon.gc)
     monkeypatch.setattr(daemon, "manager", lambda: None)
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))  # not this test process's objects
     worker_daemon.main()
     assert isinstance(daemon.gc, FreezeBetweenTasks)
+    assert frozen and all(name in sys.modules for name in worker_daemon.PRELOADED), "imported, then frozen"
+
+
+def test_preload_imports_what_it_can_and_leaves_the_rest_to_the_worker():
+    """Why: the daemon imports pandas, pyarrow and the project's modules once, before it forks its
+    workers, so that a new worker does not spend its first task on them (the job's first
+    micro-batches); a module it cannot import must not stop the daemon: the worker's own import
+    says why."""
+    from udfs import worker_daemon
+
+    assert worker_daemon.preload(("json", "no_such_module_of_epochwatch")) == ["json"]
+    assert worker_daemon.preload() == list(worker_daemon.PRELOADED)
