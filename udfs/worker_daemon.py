@@ -129,9 +129,9 @@ class FreezeBetweenTasks:
 
 
 # Imported once by the daemon, before it forks its workers, so that a worker starts with them rather
-# than importing them on its first task (pandas, pyarrow and the project's modules: ~0.45 s of CPU
-# each, most of the job's first two micro-batches: bench/HISTORY.md, session 43). None of them
-# starts a thread on import, which a fork would not carry over.
+# than importing them on its first task (pandas, pyarrow and the project's modules: ~0.45 s in a
+# fresh process; ~0.3 s off each of the job's first tasks on 1.4 cores: bench/HISTORY.md, session
+# 43). None of them starts a thread on import, which a fork would not carry over.
 PRELOADED = ("pandas", "pyarrow", "streaming.spark.processor", "udfs.kafka_source")
 
 
