@@ -1,6 +1,7 @@
 """Spark's Python worker daemon (``spark.python.daemon.module``), with pyspark imported from the
 installed package instead of ``$SPARK_HOME/python/lib/pyspark.zip``, no archive on the path
-that holds nothing to import, and no full garbage collection after every task (FreezeBetweenTasks).
+that holds nothing to import, the job's heavy modules imported once before it forks its workers
+(PRELOADED), and no full garbage collection after every task (FreezeBetweenTasks).
 
 Spark puts its pyspark.zip, its py4j zip and its spark-core jar first on every Python worker's
 path. Imported from a zip, each module a new worker loads is compiled from source (zipimport keeps
@@ -131,7 +132,9 @@ class FreezeBetweenTasks:
 # Imported once by the daemon, before it forks its workers, so that a worker starts with them rather
 # than importing them on its first task (pandas, pyarrow and the project's modules: ~0.45 s in a
 # fresh process; ~0.3 s off each of the job's first tasks on 1.4 cores: bench/HISTORY.md, session
-# 43). None of them starts a thread on import, which a fork would not carry over.
+# 43). No Python thread starts on import; pyarrow's starts two native ones (jemalloc's background
+# thread among them), which a fork does not carry over and whose libraries set themselves up again
+# in the child (their fork handlers: a forked child's threaded compute and conversions run).
 PRELOADED = ("pandas", "pyarrow", "streaming.spark.processor", "udfs.kafka_source")
 
 
@@ -156,6 +159,7 @@ def main() -> None:
 
     preload()
     gc.freeze()  # what the imports made stays out of every worker's collections (and its pages shared)
+    # frozen already: the first full collection waits until the frozen set has doubled
     daemon.gc = FreezeBetweenTasks(floor=max(200_000, 2 * gc.get_freeze_count()))
     daemon.manager()
 
