@@ -72,13 +72,9 @@ def test_a_table_with_a_log_reads_as_the_job_rebuilds_it(spark, tmp_path):
     checkpoint = str(tmp_path / "ckpt")
     replay(spark, settings, io.StringIO(text), "scenario", [MemorySink()], chunk_events=100, checkpoint=checkpoint)
 
-    def of_clients(variable):
-        return spark.read.format("statestore").option("stateVarName", variable).load(checkpoint).where(
-            "key.kind = 'clients'").collect()
-
-    bases = {tuple(r["key"]): tuple(r["value"]) for r in of_clients("table")}
+    bases = {tuple(r["key"]): tuple(r["value"]) for r in state_of(spark, checkpoint, "table", "clients")}
     logs = {}
-    for r in of_clients("table_log"):
+    for r in state_of(spark, checkpoint, "table_log", "clients"):
         logs.setdefault(tuple(r["key"]), []).append(tuple(r["list_element"]))
     assert logs, "the scenario left changes in some client shard's log"
     expected = set()
@@ -106,12 +102,9 @@ def test_a_commit_shard_with_a_log_reads_as_the_job_rebuilds_it(spark, tmp_path)
     checkpoint = str(tmp_path / "ckpt")
     replay(spark, settings, io.StringIO(text), "commits", [MemorySink()], chunk_events=60, checkpoint=checkpoint)
 
-    def of_commits(variable):
-        return spark.read.format("statestore").option("stateVarName", variable).load(checkpoint).where(
-            "key.kind = 'commits'").collect()
-
-    base = next((tuple(r["value"]) for r in of_commits("table")), None)  # None: all of it in the log
-    log = sorted((tuple(r["list_element"]) for r in of_commits("table_log")), key=lambda e: orjson.loads(e[1])["seq"])
+    base = next((tuple(r["value"]) for r in state_of(spark, checkpoint, "table", "commits")), None)  # None: all of it in the log
+    log = sorted((tuple(r["list_element"]) for r in state_of(spark, checkpoint, "table_log", "commits")),
+                 key=lambda e: orjson.loads(e[1])["seq"])
     assert any(orjson.loads(entry)["removed"] for _, entry in log), "a dropped partition is named in the log"
     rebuilt, _ = json_tables.replay(COMMITS, base, log)
     assert sorted((c.group_id, c.partition, c.offset) for c in rebuilt) == [
@@ -119,6 +112,12 @@ def test_a_commit_shard_with_a_log_reads_as_the_job_rebuilds_it(spark, tmp_path)
     names = schema_of(CommitRecord).names
     assert ({_hashable(tuple(row)) for row in table_rows(spark, checkpoint, "commits").select(*names).collect()}
             == {_hashable(astuple(c)) for c in rebuilt})
+
+
+def state_of(spark, checkpoint: str, variable: str, kind: str) -> list:
+    """One state variable's rows of one kind of key, as Spark's state data source reads them."""
+    return (spark.read.format("statestore").option("stateVarName", variable).load(checkpoint)
+            .where(F.col("key.kind") == kind).collect())
 
 
 def _hashable(row) -> tuple:
