@@ -102,7 +102,8 @@ def test_a_commit_shard_with_a_log_reads_as_the_job_rebuilds_it(spark, tmp_path)
     checkpoint = str(tmp_path / "ckpt")
     replay(spark, settings, io.StringIO(text), "commits", [MemorySink()], chunk_events=60, checkpoint=checkpoint)
 
-    base = next((tuple(r["value"]) for r in state_of(spark, checkpoint, "table", "commits")), None)  # None: all of it in the log
+    # None: all of it in the log
+    base = next((tuple(r["value"]) for r in state_of(spark, checkpoint, "table", "commits")), None)
     log = sorted((tuple(r["list_element"]) for r in state_of(spark, checkpoint, "table_log", "commits")),
                  key=lambda e: orjson.loads(e[1])["seq"])
     assert any(orjson.loads(entry)["removed"] for _, entry in log), "a dropped partition is named in the log"
