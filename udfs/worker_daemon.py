@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import re
 import sys
 import zipfile
@@ -129,6 +130,12 @@ class FreezeBetweenTasks:
         return found
 
 
+def collector_for_frozen() -> FreezeBetweenTasks:
+    """The collector for a process whose imports are frozen already (the daemon after its preload,
+    and what it forks): its first full collection waits until the frozen set has doubled."""
+    return FreezeBetweenTasks(floor=max(200_000, 2 * gc.get_freeze_count()))
+
+
 # Imported once by the daemon, before it forks its workers, so that a worker starts with them rather
 # than importing them on its first task (pandas, pyarrow and the project's modules: ~0.45 s in a
 # fresh process; ~0.3 s off each of the job's first tasks on 1.4 cores: bench/HISTORY.md, session
@@ -150,6 +157,21 @@ def preload(modules=PRELOADED) -> list[str]:
     return loaded
 
 
+def start_host_starter() -> int | None:
+    """Fork the engine hosts' starter (streaming.spark.host_starter) from this daemon, which has
+    the job's modules imported now; its pid, or None where it cannot start (the workers then start
+    their hosts as new interpreters)."""
+    try:
+        from streaming.spark import engine_host, host_starter
+
+        owner = os.getpid()
+        return host_starter.fork_starter(owner, engine_host.starter_address(owner))
+    except Exception as exc:  # the job runs without it, as before
+        print(f"epochwatch: no engine host starter ({exc!r}); hosts start as new interpreters",
+              file=sys.stderr, flush=True)
+        return None
+
+
 def main() -> None:
     kept = without_redundant_archives(sys.path)
     for entry in set(sys.path) - set(kept):
@@ -159,8 +181,8 @@ def main() -> None:
 
     preload()
     gc.freeze()  # what the imports made stays out of every worker's collections (and its pages shared)
-    # frozen already: the first full collection waits until the frozen set has doubled
-    daemon.gc = FreezeBetweenTasks(floor=max(200_000, 2 * gc.get_freeze_count()))
+    start_host_starter()
+    daemon.gc = collector_for_frozen()
     daemon.manager()
 
 

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 
+from streaming.spark import host_starter
 from streaming.spark.key_steps import KeySteps, StepOutput, StepRequest, StoredState
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,11 @@ def host_address(owner: int, partition: int) -> str:
         raise OSError(f"{folder} is not a folder of this user's alone (mode {stat.filemode(info.st_mode)}, "
                       f"uid {info.st_uid}); remove it")
     return str(folder / f"{owner}-p{partition}")
+
+
+def starter_address(owner: int) -> str:
+    """The socket of the daemon ``owner``'s host starter (streaming.spark.host_starter)."""
+    return host_starter.address_beside(host_address(owner, 0), owner)
 
 
 class HostedSteps:
@@ -186,16 +192,22 @@ def answers(address: str, timeout_s: float) -> bool:
 
 
 def kill_host(address: str) -> str | None:
-    """SIGKILL the host serving ``address`` (its pid file names it, its command line must name
-    the address: a pid may have been reused); what was done, or None."""
+    """SIGKILL the host serving ``address`` (its pid file names it and when it started: a pid may
+    have been reused); what was done, or None."""
     try:
-        pid = int(Path(address + ".pid").read_text())
-        if address not in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+        pid, started = (int(field) for field in Path(address + ".pid").read_text().split())
+        if _start_time(pid) != started:
             return None
         os.kill(pid, signal.SIGKILL)
     except (OSError, ValueError):
         return None
     return f"killed pid {pid}"
+
+
+def _start_time(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot (/proc/<pid>/stat's 22nd field; the name
+    before it, in parentheses, may hold spaces)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
 
 
 class HostWatch:
@@ -242,22 +254,33 @@ def start_host(address: str, owner: int) -> Connection:
         if conn is not None:
             return conn
         Path(address).unlink(missing_ok=True)  # a dead host's socket
-        path = os.pathsep.join(p for p in sys.path if p)
-        with open(address + ".log", "ab") as errors:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "streaming.spark.engine_host", address, str(owner)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
-                env={**os.environ, "PYTHONPATH": path}, start_new_session=True)
+        exited, stop = _launch(address, owner)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             conn = _connect(address)
             if conn is not None:
                 return conn
-            if process.poll() is not None:
-                raise OSError(f"engine host exited with {process.returncode}: see {address}.log")
+            if exited():
+                raise OSError(f"engine host exited: see {address}.log")
             time.sleep(0.02)
-        process.kill()
+        stop()
         raise OSError(f"engine host did not listen on {address} within {START_TIMEOUT_S} s")
+
+
+def _launch(address: str, owner: int):
+    """Start the host: forked by the daemon's starter (streaming.spark.host_starter), else as a
+    new interpreter, which imports the job's modules before it listens. Whether it has exited, and
+    how to kill it."""
+    forked = host_starter.ask(address, owner)
+    if forked is not None:
+        return (lambda: not _alive(forked)), (lambda: os.kill(forked, signal.SIGKILL))
+    path = os.pathsep.join(p for p in sys.path if p)
+    with open(address + ".log", "ab") as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "streaming.spark.engine_host", address, str(owner)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
+            env={**os.environ, "PYTHONPATH": path}, start_new_session=True)
+    return (lambda: process.poll() is not None), process.kill
 
 
 # --- the host process -----------------------------------------------------------------------
@@ -266,17 +289,17 @@ class Host:
     """Serves steps for any number of connections, one step at a time."""
 
     def __init__(self, address: str, owner: int, idle_exit_s: float = IDLE_EXIT_S):
-        from udfs.worker_daemon import FreezeBetweenTasks
+        from udfs.worker_daemon import collector_for_frozen
 
         self.address, self.owner, self.idle_exit_s = address, owner, idle_exit_s
         self.steps = KeySteps()
         self.lock = threading.Lock()
-        self.collector = FreezeBetweenTasks()
+        self.collector = collector_for_frozen()  # a forked host starts with the daemon's frozen imports
         self.last_request = time.monotonic()
 
     def serve(self) -> None:
         listener = Listener(self.address, family="AF_UNIX")
-        Path(self.address + ".pid").write_text(str(os.getpid()))   # for kill_host
+        Path(self.address + ".pid").write_text(f"{os.getpid()} {_start_time(os.getpid())}")   # for kill_host
         threading.Thread(target=self._watch, args=(listener,), daemon=True).start()
         while True:
             conn = listener.accept()

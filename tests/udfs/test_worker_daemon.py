@@ -175,12 +175,15 @@ def test_main_gives_the_daemon_the_collector_that_freezes(monkeypatch):
 
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(daemon, "gc", daemon.gc)
-    monkeypatch.setattr(daemon, "manager", lambda: None)
-    frozen = []
-    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))  # not this test process's objects
+    steps = []
+    monkeypatch.setattr(daemon, "manager", lambda: steps.append("manager"))
+    monkeypatch.setattr(gc, "freeze", lambda: steps.append("freeze"))  # not this test process's objects
+    monkeypatch.setattr(worker_daemon, "start_host_starter", lambda: steps.append("starter"))  # no fork of pytest
     worker_daemon.main()
     assert isinstance(daemon.gc, FreezeBetweenTasks)
-    assert frozen and all(name in sys.modules for name in worker_daemon.PRELOADED), "imported, then frozen"
+    assert all(name in sys.modules for name in worker_daemon.PRELOADED)
+    assert steps == ["freeze", "starter", "manager"], \
+        "imported and frozen, then the hosts' starter forked with them, then Spark's daemon"
 
 
 def test_preload_imports_what_it_can_and_leaves_the_rest_to_the_worker():
@@ -192,3 +195,18 @@ def test_preload_imports_what_it_can_and_leaves_the_rest_to_the_worker():
 
     assert worker_daemon.preload(("json", "no_such_module_of_epochwatch")) == ["json"]
     assert worker_daemon.preload() == list(worker_daemon.PRELOADED)
+
+
+def test_a_daemon_that_cannot_start_the_hosts_starter_runs_on(monkeypatch, capsys):
+    """Why: the starter only saves each engine host's imports; where it cannot start (here: the
+    sockets' folder is not this user's alone) the workers start their hosts as new interpreters,
+    and the daemon must say so and go on."""
+    from streaming.spark import engine_host
+    from udfs import worker_daemon
+
+    def not_ours(owner, partition):
+        raise OSError("/tmp/epochwatch-engines-0 is not a folder of this user's alone")
+
+    monkeypatch.setattr(engine_host, "host_address", not_ours)
+    assert worker_daemon.start_host_starter() is None
+    assert "no engine host starter" in capsys.readouterr().err
