@@ -56,7 +56,7 @@ def _role(command: str) -> str:
         return "broker"
     if "java" in command.split(" ")[0]:
         return "spark JVM"
-    if "streaming.spark.engine_host" in command:
+    if command.startswith("epochwatch engine host"):   # the hosts and their starter (their titles)
         return "engine hosts"
     if "pyspark" in command:
         return "python workers"

@@ -298,6 +298,7 @@ class Host:
         self.last_request = time.monotonic()
 
     def serve(self) -> None:
+        host_starter.name_process(host_starter.HOST_TITLE.format(owner=self.owner, address=self.address))
         listener = Listener(self.address, family="AF_UNIX")
         Path(self.address + ".pid").write_text(f"{os.getpid()} {_start_time(os.getpid())}")   # for kill_host
         threading.Thread(target=self._watch, args=(listener,), daemon=True).start()

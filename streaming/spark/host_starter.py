@@ -25,6 +25,9 @@ import traceback
 from pathlib import Path
 
 ASK_TIMEOUT_S = 5
+# What ps and top show for these processes: forked from the daemon, their command line would be its.
+STARTER_TITLE = "epochwatch engine host starter, worker daemon {owner}"
+HOST_TITLE = "epochwatch engine host, worker daemon {owner}: {address}"
 _ACCEPT_TICK_S = 1.0   # how often the starter checks that its daemon is still there
 
 
@@ -40,7 +43,12 @@ def fork_starter(owner: int, address: str) -> int:
     Path(address).unlink(missing_ok=True)   # a dead daemon's, whose pid this one reuses
     listener.bind(address)
     listener.listen()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        listener.close()   # or workers would wait for an answer on it
+        Path(address).unlink(missing_ok=True)
+        raise
     if pid:
         listener.close()
         return pid
@@ -48,6 +56,7 @@ def fork_starter(owner: int, address: str) -> int:
     try:
         os.setsid()   # not in the daemon's process group, which Spark signals to stop its workers
         _redirect(os.devnull, address + ".log")
+        name_process(STARTER_TITLE.format(owner=owner))
         serve(listener, owner, address)
         status = 0
     except BaseException:
@@ -124,6 +133,13 @@ def ask(host: str, owner: int) -> int | None:
     finally:
         sock.close()
     return pid or None
+
+
+def name_process(title: str) -> None:
+    """Show ``title`` as this process's command line."""
+    from setproctitle import setproctitle
+
+    setproctitle(title)
 
 
 def _read_all(sock: socket.socket, limit: int = 4096) -> bytes:

@@ -3,6 +3,7 @@
 
 import io
 import json
+import os
 
 import pytest
 
@@ -14,6 +15,7 @@ from streaming.spark.pipeline import ENGINE_HOSTS_CONF
 from streaming.spark.replay import replay
 from streaming.spark.routing import routes
 from streaming.tools.simulate import run_scenario
+from tests.integration.faults.processes import engine_hosts, process_table
 
 pytestmark = pytest.mark.spark
 
@@ -37,6 +39,11 @@ def test_keys_are_built_once_and_kept_across_micro_batches(spark, tmp_path):
     assert sorted(hosts) == [0, 1], "one host per state partition"
     assert after["loaded"] - before["loaded"] == len(keys), "each key built from the store once"
     assert after["kept"] - before["kept"] >= len(keys), "and kept in later micro-batches"
+    table = process_table()
+    starters = {table[host["pid"]][0] for host in hosts.values()}
+    assert [table[starter][1][0].split(",")[0] for starter in starters] == ["epochwatch engine host starter"], \
+        "forked by the worker daemon's starter, not started as new interpreters"
+    assert {host["pid"] for host in hosts.values()} <= set(engine_hosts(os.getpid())), "found as fault tests find them"
 
 
 def test_with_engine_hosts_off_the_python_workers_step_the_keys(spark, tmp_path):

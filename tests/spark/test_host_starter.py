@@ -53,6 +53,10 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def command_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+
+
 def gone(pid: int) -> bool:
     return not Path(f"/proc/{pid}").exists()
 
@@ -66,8 +70,10 @@ def test_the_starter_forks_the_host_which_serves_steps_and_goes_with_the_daemon(
     address = engine_host.host_address(process.pid, 0)
     engine_host.start_host(address, process.pid).close()
     host = int(Path(address + ".pid").read_text().split()[0])
-    assert parent_of(host) == starter, "forked by the starter"
-    assert b"streaming.spark.engine_host" not in Path(f"/proc/{host}/cmdline").read_bytes(), "not a new interpreter"
+    assert parent_of(host) == starter, "forked by the starter, not a new interpreter"
+    assert command_of(starter) == f"epochwatch engine host starter, worker daemon {process.pid}"
+    assert command_of(host) == f"epochwatch engine host, worker daemon {process.pid}: {address}", \
+        "named in ps, not shown as the daemon it was forked from"
 
     rules = RuleSettings()
     steps = HostedSteps(address, owner=process.pid)
@@ -112,7 +118,9 @@ def test_without_a_starter_the_host_starts_as_a_new_interpreter(address):
     without a daemon): the host is then a process of its own, as before the starter."""
     engine_host.start_host(address, os.getpid()).close()
     host = int(Path(address + ".pid").read_text().split()[0])
-    assert b"streaming.spark.engine_host" in Path(f"/proc/{host}/cmdline").read_bytes()
+    assert parent_of(host) == os.getpid(), "started by the worker"
+    assert command_of(host) == f"epochwatch engine host, worker daemon {os.getpid()}: {address}", \
+        "named as a forked one"
 
 
 def test_a_pid_file_whose_process_is_another_now_kills_nothing(tmp_path):

@@ -1,14 +1,16 @@
 """The processes of a running `epochwatch run`, read from /proc: its Python workers (forked by
-Spark's worker daemon, udfs.worker_daemon) and its engine hosts (streaming.spark.engine_host), so that
-a fault test or bench/faults.py can kill one of them."""
+Spark's worker daemon, udfs.worker_daemon) and its engine hosts (streaming.spark.engine_host, named
+by streaming.spark.host_starter.HOST_TITLE), so that a fault test or bench/faults.py can kill one of
+them."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from streaming.spark.host_starter import HOST_TITLE
+
 WORKER_MODULE = "udfs.worker_daemon"
-HOST_MODULE = "streaming.spark.engine_host"
 
 
 def process_table() -> dict[int, tuple[int, list[str]]]:
@@ -60,11 +62,12 @@ def python_workers(root: int) -> list[int]:
 
 
 def engine_hosts(root: int) -> list[int]:
-    """The engine hosts of the worker daemons under ``root`` (they run in sessions of their own,
-    so they are matched by the daemon pid that their command line names)."""
-    daemons = {str(p) for p in worker_daemons(root)}
+    """The engine hosts of the worker daemons under ``root``, matched by their title, which names
+    their daemon (forked by the daemon's starter or started on their own, they run in sessions of
+    their own)."""
+    titles = {HOST_TITLE.format(owner=daemon, address="") for daemon in worker_daemons(root)}
     return sorted(pid for pid, (_, argv) in process_table().items()
-                  if _runs(argv, HOST_MODULE) and argv[-1:] and argv[-1] in daemons)
+                  if argv and any(argv[0].startswith(title) for title in titles))
 
 
 def alive(pid: int) -> bool:
