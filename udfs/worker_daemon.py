@@ -157,15 +157,17 @@ def preload(modules=PRELOADED) -> list[str]:
     return loaded
 
 
-def start_host_starter() -> int | None:
-    """Fork the engine hosts' starter (streaming.spark.host_starter) from this daemon, which has
-    the job's modules imported now; its pid, or None where it cannot start (the workers then start
-    their hosts as new interpreters)."""
-    try:
-        from streaming.spark import engine_host, host_starter
+# The engine hosts' starter, forked by the daemon after its preload; named, as PRELOADED names its
+# modules, so that udfs imports nothing of streaming but its events, and the daemon runs without it.
+HOST_STARTER = "streaming.spark.host_starter"
 
-        owner = os.getpid()
-        return host_starter.fork_starter(owner, engine_host.starter_address(owner))
+
+def start_host_starter() -> int | None:
+    """Fork the engine hosts' starter (HOST_STARTER) from this daemon, which has the job's modules
+    imported now; its pid, or None where it cannot start (the workers then start their hosts as
+    new interpreters)."""
+    try:
+        return importlib.import_module(HOST_STARTER).fork_for_daemon(os.getpid())
     except Exception as exc:  # the job runs without it, as before
         print(f"epochwatch: no engine host starter ({exc!r}); hosts start as new interpreters",
               file=sys.stderr, flush=True)

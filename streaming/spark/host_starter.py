@@ -37,6 +37,13 @@ def address_beside(host_address: str, owner: int) -> str:
     return str(Path(host_address).with_name(f"{owner}-starter"))
 
 
+def fork_for_daemon(owner: int) -> int:
+    """In the worker daemon ``owner``: fork its starter; its pid."""
+    from streaming.spark.engine_host import starter_address   # which imports this module
+
+    return fork_starter(owner, starter_address(owner))
+
+
 def fork_starter(owner: int, address: str) -> int:
     """In the daemon ``owner``: fork the starter listening on ``address``; its pid."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
