@@ -1,7 +1,8 @@
 """Spark's Python worker daemon (``spark.python.daemon.module``), with pyspark imported from the
 installed package instead of ``$SPARK_HOME/python/lib/pyspark.zip``, no archive on the path
 that holds nothing to import, the job's heavy modules imported once before it forks its workers
-(PRELOADED), and no full garbage collection after every task (FreezeBetweenTasks).
+(PRELOADED), the engine hosts' starter forked once they are (HOST_STARTER), and no full garbage
+collection after every task (FreezeBetweenTasks).
 
 Spark puts its pyspark.zip, its py4j zip and its spark-core jar first on every Python worker's
 path. Imported from a zip, each module a new worker loads is compiled from source (zipimport keeps
