@@ -56,7 +56,8 @@ def _role(command: str) -> str:
         return "broker"
     if "java" in command.split(" ")[0]:
         return "spark JVM"
-    if command.startswith("epochwatch engine host"):   # the hosts and their starter (their titles)
+    # the hosts and their starter by their titles; an older tree's hosts (A/B runs) by their module
+    if command.startswith("epochwatch engine host") or "streaming.spark.engine_host" in command:
         return "engine hosts"
     if "pyspark" in command:
         return "python workers"
