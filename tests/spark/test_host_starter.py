@@ -6,6 +6,7 @@ only; a host's pid file tells it from a process that reused its pid."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -35,7 +36,8 @@ def engines_tmp(monkeypatch):
     """A short temporary folder for this test and the daemon it starts (AF_UNIX paths are short)."""
     base = tempfile.mkdtemp(prefix="ew-", dir="/tmp")
     monkeypatch.setattr(tempfile, "tempdir", base)
-    return base
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
@@ -124,8 +126,9 @@ def test_without_a_starter_the_host_starts_as_a_new_interpreter(address):
 
 
 def test_a_pid_file_whose_process_is_another_now_kills_nothing(tmp_path):
-    """Why: a host's pid may be reused once it is gone; a forked host's command line is the
-    daemon's, so it cannot say which process is the host: its start time does."""
+    """Why: a host's pid may be reused once it is gone; its command line is only the title it
+    gave itself (a forked host's was the daemon's before it did): its start time says which
+    process it is."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         started = engine_host._start_time(sleeper.pid)
