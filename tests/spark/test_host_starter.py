@@ -18,6 +18,7 @@ import pytest
 from streaming.config import RuleSettings
 from streaming.spark import engine_host
 from streaming.spark.engine_host import HostedSteps
+from tests.integration.faults.processes import alive, process_table
 from tests.support.builders import heartbeats
 from tests.support.engine_hosts import KEY, broker_ids
 from tests.support.key_feed import empty_state, packed, request
@@ -52,15 +53,11 @@ def daemon(engines_tmp):
 
 
 def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return process_table()[pid][0]
 
 
 def command_of(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-
-
-def gone(pid: int) -> bool:
-    return not Path(f"/proc/{pid}").exists()
+    return " ".join(process_table()[pid][1])
 
 
 def test_the_starter_forks_the_host_which_serves_steps_and_goes_with_the_daemon(daemon):
@@ -86,7 +83,7 @@ def test_the_starter_forks_the_host_which_serves_steps_and_goes_with_the_daemon(
 
     process.kill()
     process.wait()
-    wait_until(lambda: gone(starter) and gone(host), 15, what="the starter and its host gone with the daemon")
+    wait_until(lambda: not alive(starter) and not alive(host), 15, what="the starter and its host gone with the daemon")
     left = [p.name for p in Path(address).parent.iterdir() if p.name.startswith(f"{process.pid}-")]
     assert left == [], "their sockets and empty logs removed"
 
