@@ -3,9 +3,9 @@ job's modules (udfs.worker_daemon), which forks a state partition's engine host 
 asks for one.
 
 Why: a host started as a new interpreter imports pandas, pyarrow and the project's modules
-before it listens (~0.4 s of CPU in a fresh process), while the task that asked waits, in the
-job's first micro-batch with input, when every partition starts its host at once. Forked from a
-process that has them imported, a host listens within milliseconds (0.36-0.41 s against
+before it listens (~0.34 s of imports, ``python -X importtime``), while the task that asked waits,
+in the job's first micro-batch with input, when every partition starts its host at once. Forked
+from a process that has them imported, a host listens within milliseconds (0.36-0.41 s against
 0.024-0.026 s from asking to a connection: bench/HISTORY.md, session 44).
 
 Forked from the daemon before Spark's daemon code runs, the starter holds no Spark socket and

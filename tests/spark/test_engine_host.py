@@ -81,12 +81,11 @@ def test_a_host_exits_when_the_worker_daemon_it_belongs_to_is_gone(address):
     assert not Path(address + ".lock").exists() and not Path(address + ".log").exists(), "and its empty leftovers"
 
 
-def test_hosts_are_only_used_in_a_folder_of_this_users_alone(monkeypatch):
+def test_hosts_are_only_used_in_a_folder_of_this_users_alone(monkeypatch, short_tmp):
     """Why: workers unpickle what a host sends; a socket folder that another user can write to
     would let them answer in the host's place and run code in the job."""
-    base = Path(tempfile.mkdtemp(prefix="ew-", dir="/tmp"))  # short: pytest's tmp_path is too long
-    monkeypatch.setattr(tempfile, "tempdir", str(base))
-    folder = base / f"epochwatch-engines-{os.getuid()}"
+    monkeypatch.setattr(tempfile, "tempdir", short_tmp)
+    folder = Path(short_tmp) / f"epochwatch-engines-{os.getuid()}"
     folder.mkdir(mode=0o700)
     assert host_address(123, 4) == str(folder / "123-p4")
     folder.chmod(0o777)

@@ -6,7 +6,6 @@ only; a host's pid file tells it from a process that reused its pid."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,12 +32,10 @@ DAEMON = ("import sys, time\n"
 
 
 @pytest.fixture
-def engines_tmp(monkeypatch):
-    """A short temporary folder for this test and the daemon it starts (AF_UNIX paths are short)."""
-    base = tempfile.mkdtemp(prefix="ew-", dir="/tmp")
-    monkeypatch.setattr(tempfile, "tempdir", base)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+def engines_tmp(monkeypatch, short_tmp):
+    """The temporary folder of this test and of the daemon it starts."""
+    monkeypatch.setattr(tempfile, "tempdir", short_tmp)
+    return short_tmp
 
 
 @pytest.fixture
