@@ -32,10 +32,10 @@ _THROUGHPUT_DEFAULTS = {
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
     "queued.max.messages.kbytes": 256 * 1024,
     "fetch.wait.max.ms": 100,
-    # librdkafka postpones a partition's next fetch by this much once its prefetch queue is full
-    # (1 s by default). A task reading two ranges of a backlog pauses the first at its end, whose
-    # prefetched records past the end are dropped, and then waited ~0.9 s for the second's next
-    # fetch: 1.1-1.2 s for such a task against 0.25 s (bench/HISTORY.md, session 45).
+    # How long librdkafka postpones a partition's next fetch once its prefetch queue has passed
+    # queued.min.messages or queued.max.messages.kbytes: 1 s by default. With it, a task reading
+    # two ranges of a backlog waited ~0.9 s for the second range's records once the first had
+    # ended (the task 1.1-1.2 s, against 0.25 s at 10 ms: bench/HISTORY.md, session 45).
     "fetch.queue.backoff.ms": 10,
 }
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
