@@ -35,7 +35,8 @@ _THROUGHPUT_DEFAULTS = {
     # How long librdkafka postpones a partition's next fetch once its prefetch queue has passed
     # queued.min.messages or queued.max.messages.kbytes: 1 s by default. With it, a task reading
     # two ranges of a backlog waited ~0.9 s for the second range's records once the first had
-    # ended (the task 1.1-1.2 s, against 0.25 s at 10 ms: bench/HISTORY.md, session 45).
+    # ended (the task 1.1-1.2 s, against 0.25 s at 10 ms: bench/HISTORY.md, session 45). The
+    # planner's peek (udfs/read_progress.py) met the same wait in session 23 and forces 10 ms too.
     "fetch.queue.backoff.ms": 10,
 }
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
